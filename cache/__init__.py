@@ -1,0 +1,1 @@
+"""Shipped tuning databases: JSON files, one per device, read-only at run time (tunekit.database)."""

@@ -1,0 +1,333 @@
+"""LayerNorm forward over the last dim of a 2-D tensor: y = (x - mean) * rstd * w + b.
+
+Statistics are fp32 and mean-subtracted (never E[x²] - E[x]², which cancels catastrophically on large means).
+Two variants (see search_spaces/layernorm.py): `single` keeps ROWS whole rows in registers and reads x once;
+`looped` walks one row in BLOCK_N chunks, reading x twice (Welford statistics, then normalise).
+
+The @triton.jit bodies are exempt from typing (mypy does not check kernels/); host code is typed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from tunekit.search_spaces import layernorm as layernorm_space
+from tunekit.search_spaces.layernorm import (
+    MAX_BLOCK_ELEMENTS,
+    MAX_CHUNKS,
+    SPACE,
+    next_pow2,
+    single_block_n,
+)
+
+import tunekit.backend  # noqa: F401  (must run before @triton.jit: it selects the interpreter without a GPU)
+from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.space import Config, Problem
+from tunekit.spec import (
+    DTYPE_NAMES,
+    DTYPES,
+    Inputs,
+    KernelSpec,
+    Outputs,
+    Tolerance,
+    row_bucket,
+    source_digest,
+)
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+DEFAULT_EPS = 1e-5
+
+
+@triton.jit
+def _layernorm_fwd_single(
+    X,  # [M, N] input, unit stride along N
+    Y,  # [M, N] output, unit stride along N
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    B,  # [N] bias (read only when HAS_BIAS)
+    M,
+    N,
+    stride_x,
+    stride_y,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
+    # int64 row offsets: M * N may exceed 2**31 elements.
+    rows64 = rows.to(tl.int64)[:, None]
+    x = tl.load(X + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    mean = tl.sum(x, axis=1) / N
+    # Padding lanes must not add (0 - mean)² to the variance.
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / N
+    y = xc * tl.rsqrt(var + eps)[:, None]
+
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+    if HAS_BIAS:
+        b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y + b[None, :]
+    tl.store(Y + rows64 * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layernorm_fwd_looped(
+    X,  # [M, N] input, unit stride along N
+    Y,  # [M, N] output, unit stride along N
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    B,  # [N] bias (read only when HAS_BIAS)
+    N,
+    stride_x,
+    stride_y,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+
+    # Pass 1: a Welford mean/M2 per lane. Every lane has seen k values before chunk k (only the last chunk is
+    # ragged), so the 1/(k+1) update weight is one scalar per chunk, not a division per element.
+    lane_mean = tl.zeros([BLOCK_N], dtype=tl.float32)
+    lane_m2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k in range(0, n_chunks):
+        offs = k * BLOCK_N + cols
+        mask = offs < N
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        delta = x - lane_mean
+        new_mean = lane_mean + delta * (1.0 / (k + 1.0))
+        lane_m2 = tl.where(mask, lane_m2 + delta * (x - new_mean), lane_m2)
+        lane_mean = tl.where(mask, new_mean, lane_mean)
+
+    # Merge the lanes (Chan et al.): M2 = sum(M2_j) + sum(n_j * (mean_j - mean)²), all mean-subtracted.
+    lane_count = ((N - cols + BLOCK_N - 1) // BLOCK_N).to(tl.float32)
+    mean = tl.sum(lane_count * lane_mean, axis=0) / N
+    spread = lane_mean - mean
+    var = (tl.sum(lane_m2, axis=0) + tl.sum(lane_count * spread * spread, axis=0)) / N
+    rstd = tl.rsqrt(var + eps)
+
+    # Pass 2, last chunk first: the chunks pass 1 read most recently are the likeliest still in cache.
+    for k in range(0, n_chunks):
+        offs = (n_chunks - 1 - k) * BLOCK_N + cols
+        mask = offs < N
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y = y + tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + offs, y.to(Y.dtype.element_ty), mask=mask)
+
+
+def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
+    """Write y = layer_norm(x) for a 2-D x with unit stride along N. No validation: this is the hot path."""
+    x, weight, bias, eps = inputs
+    (y,) = outputs
+    m, n = x.shape
+    if m == 0 or n == 0:
+        return
+    block_n, rows = int(config["BLOCK_N"]), int(config["ROWS"])
+    # An absent weight or bias still needs a pointer argument; the constexpr flag keeps it unread.
+    common = {
+        "HAS_WEIGHT": weight is not None,
+        "HAS_BIAS": bias is not None,
+        "BLOCK_N": block_n,
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+    w = x if weight is None else weight
+    b = x if bias is None else bias
+    if config["variant"] == "single":
+        grid = (triton.cdiv(m, rows),)
+        _layernorm_fwd_single[grid](
+            x, y, w, b, m, n, x.stride(0), y.stride(0), float(eps), ROWS=rows, **common
+        )
+    else:
+        _layernorm_fwd_looped[(m,)](x, y, w, b, n, x.stride(0), y.stride(0), float(eps), **common)
+
+
+def alloc_outputs(inputs: Inputs) -> Outputs:
+    return (torch.empty_like(inputs[0]),)
+
+
+def layer_norm_2d(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    config: Config,
+) -> torch.Tensor:
+    """Validate, allocate and launch: LayerNorm over the last dim of a 2-D x with a given config."""
+    _check_inputs(x, weight, bias)
+    (y,) = outputs = alloc_outputs((x, weight, bias, eps))
+    launch(config, (x, weight, bias, eps), outputs)
+    return y
+
+
+def _check_inputs(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+    if x.dim() != 2:
+        raise InvalidInputError(f"layernorm needs a 2-D x [M, N], but got shape {tuple(x.shape)}")
+    if x.dtype not in DTYPE_NAMES:
+        raise InvalidInputError(f"layernorm supports dtypes {sorted(DTYPES)}, but got {x.dtype}")
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        raise InvalidInputError(f"layernorm needs x with unit stride along N, but got strides {x.stride()}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        if t.shape != (x.shape[1],) or (t.numel() > 1 and t.stride(0) != 1):
+            raise InvalidInputError(
+                f"layernorm {name} must be contiguous of shape ({x.shape[1]},), but got {tuple(t.shape)}"
+            )
+        if t.device != x.device:
+            raise InvalidInputError(f"layernorm {name} must be on {x.device}, but is on {t.device}")
+
+
+def reference(inputs: Inputs) -> Outputs:
+    x, weight, bias, eps = inputs
+    w = None if weight is None else weight.float()
+    b = None if bias is None else bias.float()
+    return (F.layer_norm(x.float(), (x.shape[1],), w, b, eps).to(x.dtype),)
+
+
+def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
+    rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
+
+    # An offset mean catches a kernel that forgets to subtract it; weights near 1, small biases keep y O(1).
+    x = (randn(rows, cols) * 2.0 + 0.5).to(dtype)
+    weight = (1.0 + 0.1 * randn(cols)).to(dtype) if problem["weight"] else None
+    bias = (0.1 * randn(cols)).to(dtype) if problem["bias"] else None
+    return (x, weight, bias, DEFAULT_EPS)
+
+
+def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
+    if len(shape) != 2:
+        raise InvalidShapeError(
+            f"layernorm takes a 2-D shape MxN (e.g. 4096x1024), but got {len(shape)}-D {shape}"
+        )
+    m, n = shape
+    if m < 1 or n < 1:
+        raise InvalidShapeError(f"layernorm shape sizes must be >= 1, but got {m}x{n}")
+    if dtype not in DTYPES:
+        raise InvalidInputError(f"layernorm dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
+    return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True, "bias": True}
+
+
+_INTERPRETER_SHAPES = ((64, 256), (32, 1000), (8, 2049))
+_GPU_SHAPES = (
+    (16384, 1024),
+    (8192, 2048),
+    (4096, 4096),
+    (4096, 4097),
+    (2048, 8192),
+    (2048, 8191),
+    (1024, 16384),
+    (1024, 25600),
+    (65536, 768),
+    (8, 4096),
+)
+
+
+def default_problems(device: DeviceFingerprint) -> list[Problem]:
+    # The interpreter runs every program in Python: keep its set small enough to tune in about a minute.
+    if device.is_interpreter:
+        return [problem_from_shape(s, "float32") for s in _INTERPRETER_SHAPES]
+    return [problem_from_shape(s, "float16") for s in _GPU_SHAPES]
+
+
+# A whole row stays in registers up to this width (32 values per thread at 32 warps); wider rows are looped.
+SINGLE_MAX_BLOCK_N = 32768
+LOOPED_BLOCK_N = 8192
+TARGET_TILE = 4096  # elements per program when several short rows share one
+
+
+def _warps_for(tile: int) -> int:
+    """Triton tutorial's rule (a warp per 256 elements, at most 8), raised until no thread holds over 32."""
+    return min(32, max(1, min(tile // 256, 8), tile // 1024))
+
+
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
+    rows, cols = int(problem["rows"]), int(problem["cols"])
+    width = single_block_n(cols)
+    if width <= SINGLE_MAX_BLOCK_N:
+        per_program = max(1, TARGET_TILE // width)
+        if device.sm_count > 0:  # keep at least two programs per SM
+            per_program = min(per_program, _prev_pow2(rows // (2 * device.sm_count)))
+        per_program = min(per_program, rows, 64)
+        return {
+            "variant": "single",
+            "BLOCK_N": width,
+            "ROWS": per_program,
+            "num_warps": _warps_for(per_program * width),
+            "num_stages": 1,
+        }
+    block_n = min(MAX_BLOCK_ELEMENTS, max(LOOPED_BLOCK_N, next_pow2(cols) // MAX_CHUNKS))
+    return {
+        "variant": "looped",
+        "BLOCK_N": block_n,
+        "ROWS": 1,
+        "num_warps": _warps_for(block_n),
+        "num_stages": 1,
+    }
+
+
+def bytes_moved(problem: Problem) -> int:
+    rows, cols = int(problem["rows"]), int(problem["cols"])
+    size = DTYPES[str(problem["dtype"])].itemsize
+    params = int(bool(problem["weight"])) + int(bool(problem["bias"]))
+    return (2 * rows * cols + params * cols) * size
+
+
+def flops(problem: Problem) -> int:
+    return 8 * int(problem["rows"]) * int(problem["cols"])
+
+
+SPEC = KernelSpec(
+    name="layernorm",
+    description="LayerNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight/bias)",
+    space=SPACE,
+    problem_fields=("rows", "cols", "dtype", "weight", "bias"),
+    launch=launch,
+    alloc_outputs=alloc_outputs,
+    reference=reference,
+    make_inputs=make_inputs,
+    problem_from_shape=problem_from_shape,
+    default_problems=default_problems,
+    heuristic=heuristic,
+    # fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4 and both
+    # sides round to the output dtype, so they may differ by one ulp: 2**-9 (fp16) or 2**-6 (bf16) near 2..4.
+    tolerances={
+        "float32": Tolerance(atol=1e-4, rtol=1e-4),
+        "float16": Tolerance(atol=1e-2, rtol=1e-2),
+        "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
+    },
+    bytes_moved=bytes_moved,
+    flops=flops,
+    source_hash=source_digest([sys.modules[__name__], layernorm_space]),
+    shape_help="MxN, e.g. 4096x1024",
+)

@@ -1,0 +1,57 @@
+"""Timers. A timer answers 'how long does this launch take' in milliseconds; the tuner never times directly.
+
+The tuner passes the config too, so tests can plant timings with a fake timer (as Triton's autotuner tests do).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from tunekit import backend
+from tunekit.space import Config
+
+
+class Timer(Protocol):
+    label: str
+
+    def __call__(self, fn: Callable[[], None], config: Config) -> float: ...
+
+
+class CudaEventTimer:
+    """CUDA events through triton.testing.do_bench: warm-up, L2 flushed before every repetition, median."""
+
+    label = "cuda-events-median-l2-flushed"
+
+    def __init__(self, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> None:
+        self.warmup_ms = warmup_ms
+        self.rep_ms = rep_ms
+
+    def __call__(self, fn: Callable[[], None], config: Config) -> float:
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+
+
+class WallClockTimer:
+    """Interpreter timing: host wall-clock, median of a few runs after one warm-up. Not GPU performance."""
+
+    label = "interpreter-wall-clock"
+
+    def __init__(self, repeats: int = 3) -> None:
+        self.repeats = repeats
+
+    def __call__(self, fn: Callable[[], None], config: Config) -> float:
+        fn()
+        samples = []
+        for _ in range(self.repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
+
+
+def default_timer() -> Timer:
+    return WallClockTimer() if backend.INTERPRETED else CudaEventTimer()

@@ -1,0 +1,169 @@
+"""The dispatch chain: memo -> user cache -> shipped databases -> nearest tuned problem -> heuristic default.
+
+The memo is a plain dict from the op's problem key to a ready config; after the first call for a key, the op
+pays one dict lookup. Everything else here runs once per key per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tunekit import settings
+from tunekit.cache_key import CacheKey
+from tunekit.database import shipped_entries
+from tunekit.device import DeviceFingerprint, fingerprint
+from tunekit.entry import Entry
+from tunekit.errors import CacheError, CacheMissError
+from tunekit.registry import get_spec
+from tunekit.space import Config, Problem
+from tunekit.spec import KernelSpec, ProblemKey
+from tunekit.store import Store
+
+logger = logging.getLogger("tunekit")
+
+LAYERS = ("cache", "shipped", "nearest", "heuristic", "tuned")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    layer: str
+    config: Config
+    entry: Entry | None = None
+
+
+def _problem_distance(a: Problem, b: Problem) -> float:
+    """inf unless every non-numeric field matches; else the summed log2 distance of the numeric fields."""
+    total = 0.0
+    for name, va in a.items():
+        vb = b[name]
+        if isinstance(va, bool) or isinstance(va, str) or isinstance(vb, (bool, str)):
+            if va != vb:
+                return math.inf
+        else:
+            total += abs(math.log2(max(int(va), 1)) - math.log2(max(int(vb), 1)))
+    return total
+
+
+def nearest_entry(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, candidates: Iterable[Entry]) -> Entry | None:
+    """The closest tuned problem of the same kernel, source and device whose config is valid here."""
+    scope = (spec.name, spec.source_hash, device.key)
+    ranked = sorted(
+        (
+            (_problem_distance(problem, dict(e.key.problem)), e.key.digest, e)
+            for e in candidates
+            if e.key.scope == scope
+        ),
+        key=lambda t: (t[0], t[1]),  # digest breaks ties: every rank resolves the same way
+    )
+    for distance, _, entry in ranked:
+        if math.isfinite(distance) and spec.space.is_valid(entry.config, problem, device):
+            return entry
+    return None
+
+
+def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
+    """Which layer serves this problem, without the memo. Deterministic for a given store and shipped set."""
+    key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    if store is not None:
+        entry = store.get(key)
+        if entry is not None and spec.space.is_valid(entry.config, problem, device):
+            return Resolution("cache", entry.config, entry)
+    shipped = shipped_entries()
+    entry = shipped.get(key)
+    if entry is not None and spec.space.is_valid(entry.config, problem, device):
+        return Resolution("shipped", entry.config, entry)
+    local = list(store.entries()) if store is not None else []
+    entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
+    if entry is not None:
+        return Resolution("nearest", entry.config, entry)
+    return Resolution("heuristic", spec.heuristic(problem, device))
+
+
+def _open_store() -> Store | None:
+    try:
+        return Store()
+    except CacheError as exc:
+        logger.warning("tunekit: cache store unavailable, using shipped databases and defaults: %s", exc)
+        return None
+
+
+class Dispatcher:
+    """Per-kernel memo and resolution. `config(key)` is the only call an op makes."""
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        self.memo: dict[ProblemKey, Config] = {}
+        self.served_by: dict[ProblemKey, str] = {}
+        self.counters: Counter[str] = Counter()  # resolutions by layer (memo misses)
+        self.memo_hits = 0
+        self._spec: KernelSpec | None = None
+
+    @property
+    def spec(self) -> KernelSpec:
+        if self._spec is None:
+            self._spec = get_spec(self.kernel)
+        return self._spec
+
+    def config(self, key: ProblemKey) -> Config:
+        config = self.memo.get(key)
+        if config is not None:
+            self.memo_hits += 1
+            return config
+        return self._miss(key)
+
+    def _miss(self, key: ProblemKey) -> Config:
+        spec = self.spec
+        problem = spec.problem_dict(key)
+        device = fingerprint()
+        store = _open_store()
+        try:
+            resolution = resolve(spec, problem, device, store)
+            if resolution.layer in ("nearest", "heuristic") and settings.tune_on_miss():
+                resolution = self._tune(spec, problem, device, store)
+        finally:
+            if store is not None:
+                store.close()
+        if resolution.layer in ("nearest", "heuristic") and settings.strict():
+            raise CacheMissError(
+                f"strict mode: no tuned {spec.name} config for {spec.describe_problem(problem)} on {device.label}; "
+                f"run `tunekit tune --kernel {spec.name}` for this shape or import a database"
+            )
+        logger.debug("tunekit: %s %s served by %s: %s", spec.name, key, resolution.layer, dict(resolution.config))
+        self.counters[resolution.layer] += 1
+        self.served_by[key] = resolution.layer
+        self.memo[key] = resolution.config
+        return resolution.config
+
+    def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
+        from tunekit.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
+
+        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()))
+        entry = store.put(report.entry) if store is not None else report.entry
+        return Resolution("tuned", entry.config, entry)
+
+    def clear(self) -> None:
+        self.memo.clear()
+        self.served_by.clear()
+        self.counters.clear()
+        self.memo_hits = 0
+
+
+_DISPATCHERS: dict[str, Dispatcher] = {}
+
+
+def dispatcher(kernel: str) -> Dispatcher:
+    d = _DISPATCHERS.get(kernel)
+    if d is None:
+        d = _DISPATCHERS[kernel] = Dispatcher(kernel)
+    return d
+
+
+def reset_all() -> None:
+    """Forget every memoised resolution (tests, or after importing a database into a running process)."""
+    for d in _DISPATCHERS.values():
+        d.clear()
+    shipped_entries.cache_clear()

@@ -1,0 +1,29 @@
+"""Input validation shared by the ops: clear one-line errors instead of wrong answers."""
+
+from __future__ import annotations
+
+import torch
+
+from tunekit import backend
+from tunekit.errors import InvalidInputError
+from tunekit.spec import DTYPE_NAMES
+
+_DEVICE_TYPE = backend.torch_device().type
+
+
+def dtype_name(t: torch.Tensor, what: str) -> str:
+    name = DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        raise InvalidInputError(f"{what} dtype must be one of {sorted(DTYPE_NAMES)}, but got {t.dtype}")
+    return name
+
+
+def check_device(t: torch.Tensor, what: str) -> None:
+    if t.device.type != _DEVICE_TYPE:
+        where = "CUDA tensors" if _DEVICE_TYPE == "cuda" else "CPU tensors (Triton interpreter, no GPU found)"
+        raise InvalidInputError(f"{what} must be on the kernel's device ({where}), but is on {t.device}")
+
+
+def check_same_device(t: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    if t.device != ref.device:
+        raise InvalidInputError(f"{what} must be on {ref.device} like the input, but is on {t.device}")

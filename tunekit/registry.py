@@ -1,0 +1,31 @@
+"""Kernel name -> module holding its SPEC. Adding a kernel is one line here."""
+
+from __future__ import annotations
+
+import importlib
+
+from tunekit import backend  # noqa: F401  (selects GPU or interpreter before any kernel is decorated)
+from tunekit.errors import UnknownKernelError
+from tunekit.spec import KernelSpec
+
+KERNELS: dict[str, str] = {
+    "layernorm": "tunekit.kernels.layernorm",
+}
+
+_loaded: dict[str, KernelSpec] = {}
+
+
+def kernel_names() -> list[str]:
+    return sorted(KERNELS)
+
+
+def get_spec(name: str) -> KernelSpec:
+    spec = _loaded.get(name)
+    if spec is not None:
+        return spec
+    module_name = KERNELS.get(name)
+    if module_name is None:
+        raise UnknownKernelError(f"unknown kernel {name!r}. Available: {kernel_names()}")
+    spec = importlib.import_module(module_name).SPEC
+    _loaded[name] = spec
+    return spec

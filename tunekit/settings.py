@@ -1,0 +1,75 @@
+"""Every environment variable tunekit reads, in one place, validated on read.
+
+| variable                | meaning                                                        | default                 |
+| ----------------------- | -------------------------------------------------------------- | ----------------------- |
+| TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
+| TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
+| TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
+| TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
+| TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
+| TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tunekit.errors import TunekitError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise TunekitError(f"{name} must be one of 0/1/true/false, but got {raw!r}")
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise TunekitError(f"{name} must be a positive integer, but got {raw!r}")
+    return value
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("TUNEKIT_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "tunekit"
+
+
+def strict() -> bool:
+    return _flag("TUNEKIT_STRICT")
+
+
+def tune_on_miss() -> bool:
+    return _flag("TUNEKIT_TUNE_ON_MISS")
+
+
+def tune_on_miss_trials() -> int:
+    return _positive_int("TUNEKIT_TUNE_ON_MISS_TRIALS", 20)
+
+
+def debug() -> bool:
+    try:
+        return _flag("TUNEKIT_DEBUG")
+    except TunekitError:
+        return False
+
+
+def interpret_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE

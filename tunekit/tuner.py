@@ -1,0 +1,243 @@
+"""The tuner: one Optuna study per (kernel, device, problem), asked and told one candidate at a time.
+
+Per candidate: constraint check (pruned before compiling) -> already measured? (answered from the record)
+-> correctness on fresh random inputs with NaN-poisoned outputs -> timing. Known kernel failures (compile
+errors, out of resources, interpreter errors) become recorded data and are never retried.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
+
+from tunekit import backend
+from tunekit.bench import Timer, default_timer
+from tunekit.cache_key import CacheKey
+from tunekit.canonical import digest
+from tunekit.device import DeviceFingerprint
+from tunekit.entry import Entry, TrialRecord
+from tunekit.errors import TunekitError
+from tunekit.samplers import DEFAULT_SAMPLER, make_sampler
+from tunekit.space import Config, Problem, Value, config_id
+from tunekit.spec import KernelSpec
+from tunekit.verify import verify_config
+
+logger = logging.getLogger("tunekit")
+
+# Only these score a config as failed; anything else is a bug and propagates.
+KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
+    CompilationError,
+    OutOfResources,
+    PTXASError,
+    InterpreterError,
+    RuntimeError,  # CUDA launch errors and torch errors raised inside a launch
+)
+_TUNEKIT_ATTR = "tunekit"
+_MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 30
+    timeout_s: float | None = None
+    sampler: str = DEFAULT_SAMPLER
+    storage: str | None = None
+    seed: int = 0
+    remeasure_top: int = 3
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise TunekitError(f"trials must be >= 1, but got {self.trials}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise TunekitError(f"timeout must be > 0 seconds, but got {self.timeout_s}")
+
+
+@dataclass
+class TuneReport:
+    entry: Entry
+    benchmarked: int = 0
+    reused: int = 0
+    pruned: int = 0
+    elapsed_s: float = 0.0
+    stop_reason: str = ""
+    records: list[TrialRecord] = field(default_factory=list)
+
+
+def study_name(key: CacheKey) -> str:
+    return f"tunekit:{key.kernel}:{key.device_key}:{key.source_hash}:{digest(key.to_json()['problem'])}"
+
+
+class _Candidates:
+    """What has been measured for this problem, by config identity; the source of 'never twice'."""
+
+    def __init__(self, records: list[TrialRecord]) -> None:
+        self.by_id: dict[Any, TrialRecord] = {config_id(r.config): r for r in records}
+
+    def __contains__(self, config: Config) -> bool:
+        return config_id(config) in self.by_id
+
+    def get(self, config: Config) -> TrialRecord:
+        return self.by_id[config_id(config)]
+
+    def add(self, record: TrialRecord) -> None:
+        self.by_id[config_id(record.config)] = record
+
+    def ok(self) -> list[TrialRecord]:
+        return sorted((r for r in self.by_id.values() if r.status == "ok"), key=lambda r: r.time_ms or 0.0)
+
+
+def _records_from_study(study: optuna.Study) -> list[TrialRecord]:
+    records = []
+    for trial in study.get_trials(deepcopy=False):
+        data = trial.user_attrs.get(_TUNEKIT_ATTR)
+        if data is not None:
+            records.append(TrialRecord.from_json(data))
+    return records
+
+
+def tune(
+    spec: KernelSpec,
+    problem: Problem,
+    device: DeviceFingerprint,
+    options: TuneOptions | None = None,
+    *,
+    timer: Timer | None = None,
+    previous: Entry | None = None,
+    on_trial: Callable[[TrialRecord, int], None] | None = None,
+) -> TuneReport:
+    """Search `spec`'s space for `problem` on `device`. `previous` (a cached entry) supplies trials already measured."""
+    options = options or TuneOptions()
+    timer = timer or default_timer()
+    start = time.monotonic()
+    key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    valid = spec.space.valid_configs(problem, device)
+    if not valid:
+        raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=study_name(key),
+        storage=options.storage,
+        sampler=make_sampler(options.sampler, options.seed),
+        direction="minimize",
+        load_if_exists=True,
+    )
+    seen = _Candidates(list(previous.trials if previous else ()) + _records_from_study(study))
+    rng = random.Random(options.seed)
+    unseen = [c for c in valid if c not in seen]
+    rng.shuffle(unseen)
+    # The heuristic default goes first, so a tuned result is never worse than the untuned one.
+    heuristic = dict(spec.heuristic(problem, device))
+    queue = [heuristic] if heuristic not in seen else []
+    if options.sampler == "exhaustive":
+        queue += [c for c in unseen if c != heuristic]
+    for config in queue:
+        study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
+
+    report = TuneReport(entry=None)  # type: ignore[arg-type]  # filled below
+    torch_device = backend.torch_device()
+    bench_inputs = spec.make_inputs(problem, torch_device, options.seed)
+    bench_outputs = spec.alloc_outputs(bench_inputs)
+    idle = 0
+    n_valid = len(valid)
+
+    def measure(config: dict[str, Value]) -> TrialRecord:
+        try:
+            wrong = verify_config(spec, config, problem, torch_device, seed=rng.randrange(2**31))
+            if wrong is not None:
+                return TrialRecord(config, "wrong", error=wrong)
+            ms = timer(lambda: spec.launch(config, bench_inputs, bench_outputs), config)
+        except KNOWN_KERNEL_FAILURES as exc:
+            return TrialRecord(config, "failed", error=f"{exc.__class__.__name__}: {str(exc)[:300]}")
+        return TrialRecord(config, "ok", time_ms=float(ms))
+
+    while True:
+        if report.benchmarked >= options.trials:
+            report.stop_reason = "trial budget"
+            break
+        if options.timeout_s is not None and time.monotonic() - start >= options.timeout_s:
+            report.stop_reason = "time budget"
+            break
+        if sum(1 for c in valid if c in seen) >= n_valid:
+            report.stop_reason = "space exhausted"
+            break
+        if idle >= _MAX_IDLE_ASKS:
+            # The sampler keeps proposing invalid or measured configs: hand it an unseen valid one.
+            fresh = next(c for c in unseen if c not in seen)
+            study.enqueue_trial(spec.space.encode(fresh))
+            idle = 0
+        trial = study.ask()
+        config = spec.space.suggest(trial)
+        if not spec.space.is_valid(config, problem, device):
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            report.pruned += 1
+            idle += 1
+            continue
+        if config in seen:
+            record = seen.get(config)
+            report.reused += 1
+            idle += 1
+        else:
+            record = measure(config)
+            seen.add(record)
+            report.benchmarked += 1
+            report.records.append(record)
+            idle = 0
+            if on_trial is not None:
+                on_trial(record, report.benchmarked)
+        trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
+        # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
+        study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
+
+    best = _confirm_best(seen, options.remeasure_top, timer, spec, bench_inputs, bench_outputs)
+    if best is None:
+        raise TunekitError(
+            f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
+        )
+    report.elapsed_s = time.monotonic() - start
+    report.entry = Entry(
+        key=key,
+        config=dict(best.config),
+        time_ms=float(best.time_ms or 0.0),
+        device=device.to_json(),
+        provenance={
+            "tunekit_version": VERSION,
+            "strategy": options.sampler,
+            "trials": report.benchmarked,
+            "timer": timer.label,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "origin": "local",
+        },
+        trials=tuple(seen.by_id.values()),
+    )
+    return report
+
+
+def _confirm_best(
+    seen: _Candidates, top: int, timer: Timer, spec: KernelSpec, inputs: tuple[Any, ...], outputs: tuple[Any, ...]
+) -> TrialRecord | None:
+    """Re-measure the few fastest before declaring a winner: one lucky sample must not win."""
+    ok = seen.ok()
+    if not ok:
+        return None
+    contenders = ok[: max(1, top)]
+    if len(contenders) == 1:
+        return contenders[0]
+    timed = []
+    for record in contenders:
+        config = record.config
+        again = timer(lambda config=config: spec.launch(config, inputs, outputs), config)
+        timed.append((min(again, record.time_ms or again), record))
+    best_time, best = min(timed, key=lambda t: t[0])
+    return TrialRecord(best.config, "ok", time_ms=best_time)

@@ -1,0 +1,37 @@
+"""Correctness check of one candidate: fresh random inputs, NaN-poisoned outputs, compare to the reference."""
+
+from __future__ import annotations
+
+import torch
+
+from tunekit.spec import DTYPE_NAMES, KernelSpec
+from tunekit.space import Config, Problem
+
+
+def check_outputs(spec: KernelSpec, outputs: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]) -> str | None:
+    """None when every output matches within the spec's tolerance for its dtype, else why not."""
+    if len(outputs) != len(expected):
+        return f"kernel returned {len(outputs)} outputs, reference {len(expected)}"
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        if out.shape != ref.shape:
+            return f"output {i}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+        tol = spec.tolerances[DTYPE_NAMES.get(out.dtype, "float32")]
+        got, want = out.detach().double().cpu(), ref.detach().double().cpu()
+        # NaN where the reference is finite means an element was never written (outputs are poisoned).
+        unwritten = torch.isnan(got) & ~torch.isnan(want)
+        if bool(unwritten.any()):
+            return f"output {i}: {int(unwritten.sum())} elements not written or NaN"
+        if not torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol, equal_nan=True):
+            err = (got - want).abs().nan_to_num(0.0).max().item()
+            return f"output {i}: max abs error {err:.3g} over tolerance (atol={tol.atol}, rtol={tol.rtol})"
+    return None
+
+
+def verify_config(spec: KernelSpec, config: Config, problem: Problem, device: torch.device, seed: int) -> str | None:
+    """Run the candidate once on fresh inputs; None when correct, else the reason it is wrong."""
+    inputs = spec.make_inputs(problem, device, seed)
+    outputs = spec.alloc_outputs(inputs)
+    for out in outputs:
+        out.fill_(float("nan"))
+    spec.launch(config, inputs, outputs)
+    return check_outputs(spec, outputs, spec.reference(inputs))
