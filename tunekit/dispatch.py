@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tunekit import settings
 from tunekit.cache_key import CacheKey
+from tunekit import database
 from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import Entry
@@ -166,4 +167,4 @@ def reset_all() -> None:
     """Forget every memoised resolution (tests, or after importing a database into a running process)."""
     for d in _DISPATCHERS.values():
         d.clear()
-    shipped_entries.cache_clear()
+    database.shipped_entries.cache_clear()

@@ -10,6 +10,13 @@ from tunekit.spec import KernelSpec
 
 KERNELS: dict[str, str] = {
     "layernorm": "tunekit.kernels.layernorm",
+    "layernorm_backward": "tunekit.kernels.layernorm_backward",
+    "rmsnorm": "tunekit.kernels.rmsnorm",
+    "rmsnorm_backward": "tunekit.kernels.rmsnorm_backward",
+    "pointwise": "tunekit.kernels.pointwise",
+    "reduction": "tunekit.kernels.reduction",
+    "softmax": "tunekit.kernels.softmax",
+    "gemm": "tunekit.kernels.gemm",
 }
 
 _loaded: dict[str, KernelSpec] = {}

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tunekit.cli import app
+from tunekit.store import Store
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich tables would wrap cells at 80 columns
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_help_on_every_command():
+    for cmd in ([], ["tune"], ["show"], ["export"], ["import"], ["devices"]):
+        result = run(*cmd, "--help")
+        assert result.exit_code == 0, result.output
+        assert "Usage" in result.output
+
+
+def test_tune_show_export_import(toy, tmp_path, monkeypatch):
+    result = run("tune", "--kernel", "toy", "--shape", "8x32", "--shape", "3x16", "--trials", "6")
+    assert result.exit_code == 0, result.output
+    assert "rows=8,cols=32,dtype=float32" in result.output and "rows=4,cols=16" in result.output
+    with Store() as store:
+        assert len(store) == 2
+
+    result = run("show", "--kernel", "toy", "--shape", "8x32")
+    assert result.exit_code == 0 and "served by cache" in result.output
+    result = run("show", "--kernel", "toy", "--shape", "8x8")
+    assert "served by nearest" in result.output or "served by heuristic" in result.output
+    assert "2 entries" in run("show").output
+
+    out = tmp_path / "db.json"
+    result = run("export", "--out", str(out), "--kernel", "toy", "--device", "current")
+    assert result.exit_code == 0 and "exported 2 entries" in result.output
+    assert len(json.loads(out.read_text())["entries"]) == 2
+
+    monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path / "other"))
+    result = run("import", str(out))
+    assert result.exit_code == 0 and "2 entries read, 2 added" in result.output
+    with Store() as store:
+        assert len(store) == 2
+
+
+def test_rerun_benchmarks_nothing_twice(toy):
+    assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "5", "--sampler", "random").exit_code == 0
+    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "5", "--sampler", "random")
+    assert result.exit_code == 0
+    with Store() as store:
+        (entry,) = store.entries()
+    assert len(entry.trials) == 10
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "--kernel", "nope"], "unknown kernel 'nope'. Available: ['gemm', 'layernorm'"),
+        (["tune", "--kernel", "toy", "--shape", "8xx2"], "--shape must be positive integers"),
+        (["tune", "--kernel", "toy", "--shape", "0x4"], "--shape must be positive integers"),
+        (["tune", "--kernel", "toy", "--shape", "8x4x2"], "toy shapes are MxN"),
+        (["tune", "--kernel", "toy", "--sampler", "annealing"], "unknown sampler 'annealing'"),
+        (["tune", "--kernel", "toy", "--trials", "0"], "trials must be >= 1"),
+        (["export", "--kernel", "nope", "--out", "x.json"], "unknown kernel 'nope'"),
+        (["show", "--shape", "8x8"], "--shape needs --kernel"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(toy, args, message):
+    result = run(*args)
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_bad_import_file_leaves_store_unchanged(toy, tmp_path):
+    assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "3").exit_code == 0
+    with Store() as store:
+        before = [e.to_json() for e in store.entries()]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "tunekit-db", "schema": 1, "entries": [{"key": 3}]}')
+    result = run("import", str(bad))
+    assert result.exit_code == 1 and "entry 0" in result.output
+    with Store() as store:
+        assert [e.to_json() for e in store.entries()] == before
+
+
+def test_unwritable_cache_dir(toy, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(blocker))
+    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "2")
+    assert result.exit_code == 1 and "cannot open the cache store" in result.output
+
+
+def test_devices_lists_the_interpreter():
+    result = run("devices")
+    assert result.exit_code == 0 and "triton-interpreter" in result.output and "key=" in result.output
