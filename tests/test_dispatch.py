@@ -76,8 +76,9 @@ def test_resolution_is_deterministic(toy, toy_entry):
     with Store() as store:
         store.put(toy_entry(block=4, problem={"rows": 16, "cols": 32, "dtype": "float32"}))
         store.put(toy_entry(block=8, problem={"rows": 4, "cols": 32, "dtype": "float32"}))  # same distance
-        results = {resolve(toy, dict(zip(toy.problem_fields, KEY)), fingerprint(), store).config["BLOCK"]
-                   for _ in range(5)}
+        results = {
+            resolve(toy, dict(zip(toy.problem_fields, KEY)), fingerprint(), store).config["BLOCK"] for _ in range(5)
+        }
     assert len(results) == 1
 
 

@@ -36,7 +36,11 @@ def test_constraints_are_pure_predicates_used_by_enumeration():
     device = fingerprint()
     valid = SPACE.valid_configs({"cols": 100}, device)
     assert {(c["variant"], c["BLOCK"]) for c in valid} == {
-        ("looped", 16), ("looped", 32), ("looped", 64), ("single", 128), ("single", 256)
+        ("looped", 16),
+        ("looped", 32),
+        ("looped", 64),
+        ("single", 128),
+        ("single", 256),
     }
     assert SPACE.violations({"BLOCK": 16, "variant": "single", "flag": True}, {"cols": 100}, device) == ["single_fits"]
 

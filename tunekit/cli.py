@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -47,11 +47,12 @@ def command(name: str | None = None) -> Callable[[Callable[..., None]], Callable
 
     return register
 
+
 KernelOpt = Annotated[str, typer.Option("--kernel", "-k", help="Kernel name (see `tunekit show --kernels`).")]
 ShapeOpt = Annotated[
-    Optional[list[str]], typer.Option("--shape", "-s", help="Problem shape, e.g. 4096x1024 (repeatable).")
+    list[str] | None, typer.Option("--shape", "-s", help="Problem shape, e.g. 4096x1024 (repeatable).")
 ]
-DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="float16, bfloat16 or float32.")]
+DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32.")]
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -83,10 +84,10 @@ def tune(
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
     trials: Annotated[int, typer.Option(help="Configs to benchmark per shape.")] = 30,
-    timeout: Annotated[Optional[float], typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random or exhaustive.")] = "tpe",
     storage: Annotated[
-        Optional[str], typer.Option(help="Optuna storage URL (e.g. sqlite:///tune.db); in-memory if unset.")
+        str | None, typer.Option(help="Optuna storage URL (e.g. sqlite:///tune.db); in-memory if unset.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampler and of the random inputs.")] = 0,
 ) -> None:
@@ -113,13 +114,22 @@ def tune(
         for problem in problems:
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             with Progress(
-                TextColumn(f"{spec.describe_problem(problem)}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console, transient=True,
+                TextColumn(f"{spec.describe_problem(problem)}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
             ) as progress:
                 task = progress.add_task("tune", total=trials)
                 report = run_tune(
-                    spec, problem, device, options, timer=timer, previous=previous,
-                    on_trial=lambda rec, n: progress.update(task, completed=n),
+                    spec,
+                    problem,
+                    device,
+                    options,
+                    timer=timer,
+                    previous=previous,
+                    on_trial=lambda rec, n, task=task: progress.update(task, completed=n),
                 )
             stored = store.put(report.entry)
             heuristic = dict(spec.heuristic(problem, device))
@@ -138,7 +148,7 @@ def tune(
 
 @command()
 def show(
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
     kernels: Annotated[bool, typer.Option("--kernels", help="List the kernels and exit.")] = False,
@@ -175,9 +185,13 @@ def show(
             count += 1
             servable = e.key.device_key == device.key and e.key.source_hash == get_spec(e.key.kernel).source_hash
             table.add_row(
-                e.key.kernel, e.device.get("name", "?") + f" ({e.key.device_key[:8]})",
-                ",".join(f"{k}={v}" for k, v in e.key.problem), f"{e.time_ms:.4f}",
-                " ".join(f"{k}={v}" for k, v in e.config.items()), str(len(e.trials)), "yes" if servable else "no",
+                e.key.kernel,
+                e.device.get("name", "?") + f" ({e.key.device_key[:8]})",
+                ",".join(f"{k}={v}" for k, v in e.key.problem),
+                f"{e.time_ms:.4f}",
+                " ".join(f"{k}={v}" for k, v in e.config.items()),
+                str(len(e.trials)),
+                "yes" if servable else "no",
             )
         console.print(table)
         console.print(f"{count} entries")
@@ -186,9 +200,9 @@ def show(
 @command("export")
 def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="File to write (JSON).")],
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
     device: Annotated[
-        Optional[str], typer.Option(help="Only this device key, or 'current' for this machine's device.")
+        str | None, typer.Option(help="Only this device key, or 'current' for this machine's device.")
     ] = None,
 ) -> None:
     """Write the cache (filtered by kernel and device) as a tuning database."""
@@ -211,6 +225,45 @@ def import_cmd(path: Annotated[Path, typer.Argument(help="A tuning database writ
     with Store() as store:
         read, changed = import_document(store, path)
     console.print(f"imported {path}: {read} entries read, {changed} added or improved")
+
+
+@command()
+def bench(
+    kernel: KernelOpt,
+    shape: ShapeOpt = None,
+    dtype: DtypeOpt = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON.")] = None,
+) -> None:
+    """Dispatched (tuned) config vs heuristic default vs torch, in GB/s and as a fraction of copy bandwidth."""
+    import dataclasses
+    import json
+
+    from tunekit.report import run_report
+
+    copy, rows = run_report(kernel, _problems(kernel, shape, dtype))
+    table = Table(title=f"{kernel}: GB/s (copy bandwidth measured in this run: {copy:.0f} GB/s)")
+    for col in ("problem", "served by", "tuned", "heuristic", "torch", "tuned/copy", "tuned/torch", "correct"):
+        table.add_column(col)
+
+    def fmt(x: float | None, spec: str = ".0f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    for r in rows:
+        tuned, heur, ref = r.gbps(r.tuned_ms), r.gbps(r.heuristic_ms), r.gbps(r.torch_ms)
+        table.add_row(
+            r.problem,
+            r.layer,
+            fmt(tuned),
+            fmt(heur),
+            fmt(ref),
+            fmt(tuned / copy if tuned else None, ".2f"),
+            fmt(r.torch_ms / r.tuned_ms if r.torch_ms else None, ".2f"),
+            "yes" if r.correct else "NO",
+        )
+    console.print(table)
+    if json_out is not None:
+        payload = {"kernel": kernel, "copy_gbps": copy, "rows": [dataclasses.asdict(r) for r in rows]}
+        json_out.write_text(json.dumps(payload, indent=1))
 
 
 @command()

@@ -32,7 +32,8 @@ def export_entries(store: Store, kernel: str | None = None, device_key: str | No
     if kernel is not None:
         get_spec(kernel)  # unknown names fail with the list of valid ones
     return [
-        e for e in store.entries()
+        e
+        for e in store.entries()
         if (kernel is None or e.key.kernel == kernel) and (device_key is None or e.key.device_key == device_key)
     ]
 
@@ -53,9 +54,12 @@ def _require(cond: bool, where: str, rule: str) -> None:
 
 def _validate_time(value: Any, where: str) -> None:
     _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
         and 0 < value < _MAX_TIME_MS,
-        where, f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {value!r}",
+        where,
+        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {value!r}",
     )
 
 
@@ -66,21 +70,27 @@ def validate_entry(data: Any, index: int) -> Entry:
     for name in ("key", "best", "device", "provenance"):
         _require(isinstance(data.get(name), dict), where, f"field {name!r} must be an object")
     key = data["key"]
-    _require(key.get("schema") == SCHEMA_VERSION, where, f"key schema must be {SCHEMA_VERSION}, got {key.get('schema')!r}")
+    _require(
+        key.get("schema") == SCHEMA_VERSION, where, f"key schema must be {SCHEMA_VERSION}, got {key.get('schema')!r}"
+    )
     kernel = key.get("kernel")
     _require(kernel in kernel_names(), where, f"unknown kernel {kernel!r}. Available: {kernel_names()}")
     for name in ("source_hash", "device_key"):
-        _require(isinstance(key.get(name), str) and 0 < len(key[name]) <= 64, where, f"key.{name} must be a short string")
+        _require(
+            isinstance(key.get(name), str) and 0 < len(key[name]) <= 64, where, f"key.{name} must be a short string"
+        )
     spec = get_spec(kernel)
     problem = key.get("problem")
     _require(
         isinstance(problem, dict) and sorted(problem) == sorted(spec.problem_fields),
-        where, f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
+        where,
+        f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
     )
     for field_name, value in problem.items():
         _require(
             isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
-            where, f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {value!r}",
+            where,
+            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {value!r}",
         )
     try:
         spec.space.check_membership(data["best"].get("config"))
@@ -91,8 +101,11 @@ def validate_entry(data: Any, index: int) -> Entry:
     _require(isinstance(trials, list), where, "trials must be a list")
     for j, trial in enumerate(trials):
         twhere = f"{where}.trials[{j}]"
-        _require(isinstance(trial, dict) and trial.get("status") in TRIAL_STATUSES, twhere,
-                 f"status must be one of {list(TRIAL_STATUSES)}")
+        _require(
+            isinstance(trial, dict) and trial.get("status") in TRIAL_STATUSES,
+            twhere,
+            f"status must be one of {list(TRIAL_STATUSES)}",
+        )
         try:
             spec.space.check_membership(trial.get("config"))
         except TunekitError as exc:
@@ -116,8 +129,11 @@ def read_document(path: Path) -> list[Entry]:
     except ValueError as exc:
         raise DatabaseError(f"{path} is not valid JSON: {exc}") from None
     _require(isinstance(doc, dict) and doc.get("format") == FORMAT, str(path), f"not a {FORMAT} document")
-    _require(doc.get("schema") == SCHEMA_VERSION, str(path),
-             f"schema must be {SCHEMA_VERSION}, but got {doc.get('schema')!r}")
+    _require(
+        doc.get("schema") == SCHEMA_VERSION,
+        str(path),
+        f"schema must be {SCHEMA_VERSION}, but got {doc.get('schema')!r}",
+    )
     entries = doc.get("entries")
     _require(isinstance(entries, list), str(path), "'entries' must be a list")
     return [validate_entry(item, i) for i, item in enumerate(entries)]
@@ -129,8 +145,14 @@ def import_document(store: Store, path: Path) -> tuple[int, int]:
     changed = 0
     for entry in entries:
         before = store.get(entry.key)
-        stamped = Entry(entry.key, entry.config, entry.time_ms, entry.device,
-                        {**entry.provenance, "imported_from": path.name}, entry.trials)
+        stamped = Entry(
+            entry.key,
+            entry.config,
+            entry.time_ms,
+            entry.device,
+            {**entry.provenance, "imported_from": path.name},
+            entry.trials,
+        )
         after = store.put(stamped)
         if before is None or after.config != before.config or after.time_ms != before.time_ms:
             changed += 1

@@ -96,7 +96,7 @@ def _cuda_fingerprint(index: int) -> DeviceFingerprint:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fingerprint(index: int | None = None) -> DeviceFingerprint:
     """Fingerprint of the device kernels run on (the current CUDA device, or the interpreter)."""
     if backend.INTERPRETED:

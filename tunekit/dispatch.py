@@ -12,9 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tunekit import settings
+from tunekit import database, settings
 from tunekit.cache_key import CacheKey
-from tunekit import database
 from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import Entry
@@ -41,7 +40,7 @@ def _problem_distance(a: Problem, b: Problem) -> float:
     total = 0.0
     for name, va in a.items():
         vb = b[name]
-        if isinstance(va, bool) or isinstance(va, str) or isinstance(vb, (bool, str)):
+        if isinstance(va, (bool, str)) or isinstance(vb, (bool, str)):
             if va != vb:
                 return math.inf
         else:
@@ -49,7 +48,9 @@ def _problem_distance(a: Problem, b: Problem) -> float:
     return total
 
 
-def nearest_entry(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, candidates: Iterable[Entry]) -> Entry | None:
+def nearest_entry(
+    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, candidates: Iterable[Entry]
+) -> Entry | None:
     """The closest tuned problem of the same kernel, source and device whose config is valid here."""
     scope = (spec.name, spec.source_hash, device.key)
     ranked = sorted(

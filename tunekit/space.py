@@ -9,7 +9,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from tunekit.errors import InvalidConfigError
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from tunekit.device import DeviceFingerprint
 
-Value = Union[int, str, bool]
+Value = int | str | bool
 Config = Mapping[str, Value]
 Problem = Mapping[str, Value]
 Predicate = Callable[[Config, Problem, "DeviceFingerprint"], bool]
@@ -73,7 +73,7 @@ class PowerOfTwo:
         return {self.optuna_name: int(value).bit_length() - 1}
 
 
-Param = Union[Choice, PowerOfTwo]
+Param = Choice | PowerOfTwo
 
 
 @dataclass(frozen=True)

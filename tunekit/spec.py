@@ -55,13 +55,15 @@ class KernelSpec:
     reference: Callable[[Inputs], Outputs]
     make_inputs: Callable[[Problem, torch.device, int], Inputs]
     problem_from_shape: Callable[[tuple[int, ...], str], Problem]
-    default_problems: Callable[["DeviceFingerprint"], list[Problem]]
-    heuristic: Callable[[Problem, "DeviceFingerprint"], Config]
+    default_problems: Callable[[DeviceFingerprint], list[Problem]]
+    heuristic: Callable[[Problem, DeviceFingerprint], Config]
     tolerances: Mapping[str, Tolerance]
     bytes_moved: Callable[[Problem], int]
     flops: Callable[[Problem], int]
     source_hash: str
     shape_help: str = ""
+    # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.
+    torch_baseline: Callable[[Inputs], Any] | None = None
 
     def problem_key(self, problem: Problem) -> ProblemKey:
         return tuple(problem[f] for f in self.problem_fields)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from tunekit.spec import DTYPE_NAMES, KernelSpec
 from tunekit.space import Config, Problem
+from tunekit.spec import DTYPE_NAMES, KernelSpec
 
 
-def check_outputs(spec: KernelSpec, outputs: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]) -> str | None:
+def check_outputs(
+    spec: KernelSpec, outputs: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]
+) -> str | None:
     """None when every output matches within the spec's tolerance for its dtype, else why not."""
     if len(outputs) != len(expected):
         return f"kernel returned {len(outputs)} outputs, reference {len(expected)}"

@@ -37,7 +37,7 @@ def layer_norm(
     if not isinstance(input, torch.Tensor):
         raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or tuple(input.shape[input.dim() - len(shape):]) != shape or input.dim() < len(shape):
+    if not shape or tuple(input.shape[input.dim() - len(shape) :]) != shape or input.dim() < len(shape):
         raise InvalidInputError(
             f"normalized_shape={list(shape)} must match the trailing dims of input of shape {list(input.shape)}"
         )
