@@ -17,7 +17,7 @@ from tunekit.space import Config
 class Timer(Protocol):
     label: str
 
-    def __call__(self, fn: Callable[[], None], config: Config) -> float: ...
+    def __call__(self, fn: Callable[[], object], config: Config) -> float: ...
 
 
 class CudaEventTimer:
@@ -29,7 +29,7 @@ class CudaEventTimer:
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
 
-    def __call__(self, fn: Callable[[], None], config: Config) -> float:
+    def __call__(self, fn: Callable[[], object], config: Config) -> float:
         import triton.testing
 
         return float(triton.testing.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
@@ -43,7 +43,7 @@ class WallClockTimer:
     def __init__(self, repeats: int = 3) -> None:
         self.repeats = repeats
 
-    def __call__(self, fn: Callable[[], None], config: Config) -> float:
+    def __call__(self, fn: Callable[[], object], config: Config) -> float:
         fn()
         samples = []
         for _ in range(self.repeats):

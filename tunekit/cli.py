@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tunekit import settings
 from tunekit.errors import InvalidShapeError, TunekitError
+from tunekit.space import Problem
 
 app = typer.Typer(
     name="tunekit",
@@ -66,7 +67,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
-def _problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[dict]:
+def _problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[Problem]:
     from tunekit.device import fingerprint
     from tunekit.registry import get_spec
 
@@ -76,6 +77,10 @@ def _problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[
         return [dict(p, dtype=dtype) if dtype else dict(p) for p in problems]
     default_dtype = dtype or ("float32" if fingerprint().is_interpreter else "float16")
     return [dict(spec.problem_from_shape(parse_shape(s), default_dtype)) for s in shapes]
+
+
+def _advance(progress: Any, task: Any, record: object, done: int) -> None:
+    progress.update(task, completed=done)
 
 
 @command()
@@ -129,7 +134,7 @@ def tune(
                     options,
                     timer=timer,
                     previous=previous,
-                    on_trial=lambda rec, n, task=task: progress.update(task, completed=n),
+                    on_trial=functools.partial(_advance, progress, task),
                 )
             stored = store.put(report.entry)
             heuristic = dict(spec.heuristic(problem, device))

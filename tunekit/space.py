@@ -36,7 +36,8 @@ class Choice:
             raise ValueError(f"Choice {self.name!r} needs at least one value")
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Value:
-        return trial.suggest_categorical(self.name, list(self.values))  # type: ignore[arg-type]
+        value: Value = trial.suggest_categorical(self.name, list(self.values))  # type: ignore[assignment]
+        return value
 
     def encode(self, value: Value) -> dict[str, Any]:
         return {self.name: value}

@@ -8,6 +8,7 @@ errors, out of resources, interpreter errors) become recorded data and are never
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import math
 import random
@@ -236,8 +237,7 @@ def _confirm_best(
         return contenders[0]
     timed = []
     for record in contenders:
-        config = record.config
-        again = timer(lambda config=config: spec.launch(config, inputs, outputs), config)
+        again = timer(functools.partial(spec.launch, record.config, inputs, outputs), record.config)
         timed.append((min(again, record.time_ms or again), record))
     best_time, best = min(timed, key=lambda t: t[0])
     return TrialRecord(best.config, "ok", time_ms=best_time)

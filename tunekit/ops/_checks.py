@@ -14,7 +14,7 @@ _DEVICE_TYPE = backend.torch_device().type
 def dtype_name(t: torch.Tensor, what: str) -> str:
     name = DTYPE_NAMES.get(t.dtype)
     if name is None:
-        raise InvalidInputError(f"{what} dtype must be one of {sorted(DTYPE_NAMES)}, but got {t.dtype}")
+        raise InvalidInputError(f"{what} dtype must be one of {sorted(DTYPE_NAMES.values())}, but got {t.dtype}")
     return name
 
 
