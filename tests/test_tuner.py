@@ -103,3 +103,37 @@ def test_bad_options_are_refused():
 def test_unknown_sampler_lists_valid_ones(toy):
     with pytest.raises(TunekitError, match=r"Available: \['exhaustive', 'random', 'tpe'\]"):
         tune(toy, PROBLEM, fingerprint(), TuneOptions(sampler="annealing"), timer=PlantedTimer())
+
+
+def test_a_killed_run_keeps_every_finished_trial(toy, isolated_cache):
+    """Checkpoints after each measurement: a crash mid-run loses only the trial in flight; a rerun resumes."""
+    from tunekit.cache_key import CacheKey
+    from tunekit.store import Store
+
+    class Crash(Exception):
+        pass
+
+    class CrashingTimer(PlantedTimer):
+        def __call__(self, fn, config):
+            if len(self.calls) == 4:
+                raise Crash  # stands in for SIGKILL during the fifth timing
+            return super().__call__(fn, config)
+
+    device = fingerprint()
+    with Store() as store:
+        with pytest.raises(Crash):
+            tune(
+                toy,
+                PROBLEM,
+                device,
+                TuneOptions(trials=20, sampler="random"),
+                timer=CrashingTimer(),
+                checkpoint=store.put,
+            )
+        saved = store.get(CacheKey.make("toy", toy.source_hash, device.key, PROBLEM))
+        assert saved is not None and sum(t.status == "ok" for t in saved.trials) == 4
+        rerun = tune(
+            toy, PROBLEM, device, TuneOptions(trials=3, sampler="random"), timer=PlantedTimer(), previous=saved
+        )
+        measured_before = {tuple(sorted(t.config.items())) for t in saved.trials}
+        assert not measured_before & {tuple(sorted(r.config.items())) for r in rerun.records}

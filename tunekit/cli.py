@@ -135,6 +135,7 @@ def tune(
                     timer=timer,
                     previous=previous,
                     on_trial=functools.partial(_advance, progress, task),
+                    checkpoint=store.put,
                 )
             stored = store.put(report.entry)
             heuristic = dict(spec.heuristic(problem, device))

@@ -143,7 +143,8 @@ class Dispatcher:
     def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
         from tunekit.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
 
-        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()))
+        checkpoint = store.put if store is not None else None
+        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=checkpoint)
         entry = store.put(report.entry) if store is not None else report.entry
         return Resolution("tuned", entry.config, entry)
 

@@ -116,8 +116,13 @@ def tune(
     timer: Timer | None = None,
     previous: Entry | None = None,
     on_trial: Callable[[TrialRecord, int], None] | None = None,
+    checkpoint: Callable[[Entry], object] | None = None,
 ) -> TuneReport:
-    """Search `spec`'s space for `problem` on `device`. `previous` (a cached entry) supplies trials already measured."""
+    """Search `spec`'s space for `problem` on `device`.
+
+    `previous` (a cached entry) supplies trials already measured; `checkpoint` receives the entry so far after
+    every new measurement (the CLI stores it).
+    """
     options = options or TuneOptions()
     timer = timer or default_timer()
     start = time.monotonic()
@@ -197,6 +202,10 @@ def tune(
             idle = 0
             if on_trial is not None:
                 on_trial(record, report.benchmarked)
+            ok = seen.ok()
+            if checkpoint is not None and ok:
+                # Saved after every measurement: a killed run loses at most the trial in flight.
+                checkpoint(_entry(key, ok[0], device, options, timer, seen))
         trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
         # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
         study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
@@ -207,7 +216,14 @@ def tune(
             f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
         )
     report.elapsed_s = time.monotonic() - start
-    report.entry = Entry(
+    report.entry = _entry(key, best, device, options, timer, seen)
+    return report
+
+
+def _entry(
+    key: CacheKey, best: TrialRecord, device: DeviceFingerprint, options: TuneOptions, timer: Timer, seen: _Candidates
+) -> Entry:
+    return Entry(
         key=key,
         config=dict(best.config),
         time_ms=float(best.time_ms or 0.0),
@@ -215,14 +231,13 @@ def tune(
         provenance={
             "tunekit_version": VERSION,
             "strategy": options.sampler,
-            "trials": report.benchmarked,
+            "trials": len(seen.by_id),
             "timer": timer.label,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "origin": "local",
         },
         trials=tuple(seen.by_id.values()),
     )
-    return report
 
 
 def _confirm_best(
