@@ -21,7 +21,7 @@ import optuna
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
-from tunekit import backend
+from tunekit import __version__, backend
 from tunekit.bench import Timer, default_timer
 from tunekit.cache_key import CacheKey
 from tunekit.canonical import digest
@@ -45,7 +45,7 @@ KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
 )
 _TUNEKIT_ATTR = "tunekit"
 _MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
-VERSION = "0.1.0"
+VERSION = __version__
 
 
 @dataclass(frozen=True)
