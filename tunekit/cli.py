@@ -13,7 +13,8 @@ from rich.table import Table
 
 from tunekit import settings
 from tunekit.errors import InvalidShapeError, TunekitError
-from tunekit.space import Problem
+from tunekit.space import Config, Problem
+from tunekit.spec import KernelSpec
 
 app = typer.Typer(
     name="tunekit",
@@ -77,6 +78,10 @@ def _problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[
         return [dict(p, dtype=dtype) if dtype else dict(p) for p in problems]
     default_dtype = dtype or ("float32" if fingerprint().is_interpreter else "float16")
     return [dict(spec.problem_from_shape(parse_shape(s), default_dtype)) for s in shapes]
+
+
+def _show_config(spec: KernelSpec, config: Config) -> str:
+    return " ".join(f"{name}={config[name]}" for name in spec.space.names)
 
 
 def _advance(progress: Any, task: Any, record: object, done: int) -> None:
@@ -146,7 +151,7 @@ def tune(
                 f"{stored.time_ms:.4f}",
                 f"{h_ms / stored.time_ms:.2f}x" if h_ms else "-",
                 f"{report.benchmarked} new, {report.reused} reused ({report.stop_reason})",
-                " ".join(f"{k}={v}" for k, v in stored.config.items()),
+                _show_config(spec, stored.config),
             )
     console.print(table)
     console.print(f"cache: {store.directory}")
@@ -195,7 +200,7 @@ def show(
                 e.device.get("name", "?") + f" ({e.key.device_key[:8]})",
                 ",".join(f"{k}={v}" for k, v in e.key.problem),
                 f"{e.time_ms:.4f}",
-                " ".join(f"{k}={v}" for k, v in e.config.items()),
+                _show_config(get_spec(e.key.kernel), e.config),
                 str(len(e.trials)),
                 "yes" if servable else "no",
             )
