@@ -1,6 +1,20 @@
-"""Drop-in ops with torch's names and signatures, dispatching to the best cached config for each problem."""
+"""Drop-in ops with torch's names and signatures, dispatching to the best cached config for each problem.
+
+`sum` and `max` shadow the builtins inside this package, as `torch.sum` and `torch.max` do in torch's.
+"""
 
 from tunekit.ops.normalization import layer_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
+from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
 
-__all__ = ["bias_act", "bias_act_residual", "gelu", "layer_norm"]
+__all__ = [
+    "bias_act",
+    "bias_act_residual",
+    "gelu",
+    "layer_norm",
+    "log_softmax",
+    "max",
+    "mean",
+    "softmax",
+    "sum",
+]

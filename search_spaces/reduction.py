@@ -1,0 +1,182 @@
+"""Search space of the reduction kernels (kernels/reduction.py): sum, mean or max over one axis of a tensor.
+
+The problem views the input as [batch, rows, cols] with unit stride along cols, and names the reduced axis:
+- axis `inner`: reduce cols (the last, contiguous dim) of a 2-D [rows, cols] tensor; batch is always 1.
+  Variant `inner`: a program owns BLOCK_M rows and walks them in [BLOCK_M, BLOCK_N] chunks along cols (one
+  chunk when BLOCK_N >= cols), accumulating lane-wise in fp32 and reducing across lanes once at the end.
+- axis `outer`: reduce rows of [batch, rows, cols] (dim 0 of a 2-D tensor when batch is 1, a middle dim
+  otherwise). Variant `outer`: a program owns BLOCK_N columns of one batch and walks all rows in
+  [BLOCK_M, BLOCK_N] chunks; loads are contiguous along cols. Variant `outer_split`: for few columns and many
+  rows, SPLIT programs per column block each reduce a contiguous run of rows into an fp32 workspace, and a
+  second small pass combines the SPLIT partials in a fixed order (deterministic: no atomics).
+
+One tile, two meanings: BLOCK_M x BLOCK_N is the register tile of either family (rows per program for `inner`,
+rows per chunk for `outer`). SPLIT is 1 except in `outer_split`, so no kernel is timed twice under two names.
+
+The problem is a mapping with keys op (sum/mean/max), axis (inner/outer), batch (a power-of-two bucket; 1 for
+inner), rows (a power-of-two bucket), cols (exact: the row stride, hence vector alignment, depends on it), dtype.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+THREADS_PER_WARP = 32
+MAX_TILE = 16384  # fp32 accumulators (plus int32 indices for max) of one program
+MAX_ELEMENTS_PER_THREAD = 64
+MAX_INNER_CHUNKS = 64
+MAX_BLOCK_M = 4096
+MAX_BLOCK_N = 8192
+MAX_SPLIT = 512
+MIN_OUTER_BLOCK_N = 16  # 32 bytes of fp16 or 64 of fp32 per row of a chunk: whole sectors, coalesced
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def rows_per_split(rows: int, split: int) -> int:
+    return cdiv(rows, split)
+
+
+def _tile(config: Config) -> int:
+    return int(config["BLOCK_M"]) * int(config["BLOCK_N"])
+
+
+def _threads(config: Config) -> int:
+    return THREADS_PER_WARP * int(config["num_warps"])
+
+
+def _is_inner(config: Config) -> bool:
+    return config["variant"] == "inner"
+
+
+def _variant_matches_axis(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _is_inner(config) == (problem["axis"] == "inner")
+
+
+def _split_only_when_split(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] == "outer_split":
+        return int(config["SPLIT"]) >= 2
+    return config["SPLIT"] == 1
+
+
+def _block_n_within_cols(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_N"]) <= next_pow2(int(problem["cols"]))
+
+
+def _block_m_within_rows(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    rows = int(problem["rows"])
+    if config["variant"] == "outer_split":
+        return int(config["SPLIT"]) * int(config["BLOCK_M"]) <= rows
+    return int(config["BLOCK_M"]) <= next_pow2(rows)
+
+
+def _inner_few_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if not _is_inner(config):
+        return True
+    block_n = int(config["BLOCK_N"])
+    return cdiv(int(problem["cols"]), block_n) <= MAX_INNER_CHUNKS or block_n == MAX_BLOCK_N
+
+
+def _outer_coalesced(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if _is_inner(config):
+        return True
+    return int(config["BLOCK_N"]) >= min(next_pow2(int(problem["cols"])), MIN_OUTER_BLOCK_N)
+
+
+def _tile_fits(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _tile(config) <= MAX_TILE
+
+
+def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _tile(config) >= _threads(config) or config["num_warps"] == 1
+
+
+def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _tile(config) <= MAX_ELEMENTS_PER_THREAD * _threads(config)
+
+
+def loops(config: Config, problem: Problem) -> bool:
+    """Whether a program walks more than one chunk (only then is there a loop to pipeline)."""
+    if _is_inner(config):
+        return int(config["BLOCK_N"]) < int(problem["cols"])
+    return int(config["BLOCK_M"]) < rows_per_split(int(problem["rows"]), int(config["SPLIT"]))
+
+
+def _stages_need_loop(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["num_stages"] == 1 or loops(config, problem)
+
+
+def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["num_stages"] == 1 or device.smem_per_block == 0:  # the interpreter has no shared memory limit
+        return True
+    staged = (int(config["num_stages"]) - 1) * _tile(config) * ELEMENT_BYTES[str(problem["dtype"])]
+    return staged <= device.smem_per_block
+
+
+SPACE = SearchSpace(
+    params=(
+        Choice("variant", ("inner", "outer", "outer_split")),
+        PowerOfTwo("BLOCK_M", 1, MAX_BLOCK_M),
+        PowerOfTwo("BLOCK_N", 1, MAX_BLOCK_N),
+        PowerOfTwo("SPLIT", 1, MAX_SPLIT),
+        PowerOfTwo("num_warps", 1, 16),
+        PowerOfTwo("num_stages", 1, 4),
+    ),
+    rules=(
+        Rule(
+            "variant_matches_axis",
+            _variant_matches_axis,
+            why="axis inner runs variant inner; axis outer runs outer or outer_split",
+        ),
+        Rule(
+            "split_only_in_outer_split",
+            _split_only_when_split,
+            why="SPLIT is 1 outside outer_split and at least 2 in it (one split is the plain outer kernel)",
+        ),
+        Rule("block_n_within_cols", _block_n_within_cols, why="BLOCK_N > next_pow2(cols) only adds masked lanes"),
+        Rule(
+            "block_m_within_rows",
+            _block_m_within_rows,
+            why="BLOCK_M > next_pow2(rows) only adds masked lanes; with a split every split gets a whole chunk",
+        ),
+        Rule(
+            "inner_at_most_64_chunks",
+            _inner_few_chunks,
+            why="many small chunks along a row are latency-bound; the widest block is allowed beyond 64 chunks",
+        ),
+        Rule(
+            "outer_block_n_coalesced",
+            _outer_coalesced,
+            why="outer loads rows of BLOCK_N contiguous columns: fewer than 16 wastes memory sectors",
+        ),
+        Rule("tile_at_most_16384_elements", _tile_fits, why="BLOCK_M*BLOCK_N fp32 accumulators live in registers"),
+        Rule(
+            "at_least_one_element_per_thread",
+            _every_thread_busy,
+            why="BLOCK_M*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny tiles)",
+        ),
+        Rule(
+            "at_most_64_elements_per_thread",
+            _no_spill,
+            why="an accumulator, an index (max) and a loaded value per element: beyond 64 per thread it spills",
+        ),
+        Rule("stages_need_a_loop", _stages_need_loop, why="a single chunk has no loop to pipeline"),
+        Rule(
+            "pipeline_stages_fit_shared_memory",
+            _stages_fit_smem,
+            why="each extra stage buffers one BLOCK_M x BLOCK_N chunk in shared memory",
+        ),
+    ),
+)
