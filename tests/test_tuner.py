@@ -137,3 +137,16 @@ def test_a_killed_run_keeps_every_finished_trial(toy, isolated_cache):
         )
         measured_before = {tuple(sorted(t.config.items())) for t in saved.trials}
         assert not measured_before & {tuple(sorted(r.config.items())) for r in rerun.records}
+
+
+def test_integer_outputs_are_poisoned_and_compared_exactly(toy):
+    import torch
+
+    from tunekit.verify import check_outputs, poison
+
+    idx = torch.empty(5, dtype=torch.int64)
+    poison(idx)
+    assert bool((idx == torch.iinfo(torch.int64).min).all())
+    want = torch.arange(5)
+    assert check_outputs(toy, (want.clone(),), (want,)) is None
+    assert "1 integer elements differ" in check_outputs(toy, (torch.tensor([0, 1, 2, 3, 5]),), (want,))

@@ -17,7 +17,7 @@ from tunekit.dispatch import dispatcher
 from tunekit.registry import get_spec
 from tunekit.space import Problem
 from tunekit.spec import KernelSpec
-from tunekit.verify import check_outputs
+from tunekit.verify import check_outputs, poison
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def measure_problem(spec: KernelSpec, problem: Problem, timer: Timer) -> Row:
     inputs = spec.make_inputs(problem, backend.torch_device(), 1234)
     outputs = spec.alloc_outputs(inputs)
     for out in outputs:
-        out.fill_(float("nan"))
+        poison(out)
     spec.launch(tuned, inputs, outputs)
     correct = check_outputs(spec, outputs, spec.reference(inputs)) is None
     heuristic = spec.heuristic(problem, device)

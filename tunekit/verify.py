@@ -8,6 +8,11 @@ from tunekit.space import Config, Problem
 from tunekit.spec import DTYPE_NAMES, KernelSpec
 
 
+def poison(out: torch.Tensor) -> None:
+    """Fill an output with values no correct kernel leaves behind: NaN, or the most negative integer."""
+    out.fill_(float("nan") if out.dtype.is_floating_point else torch.iinfo(out.dtype).min)
+
+
 def check_outputs(
     spec: KernelSpec, outputs: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]
 ) -> str | None:
@@ -17,6 +22,10 @@ def check_outputs(
     for i, (out, ref) in enumerate(zip(outputs, expected)):
         if out.shape != ref.shape:
             return f"output {i}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+        if not out.dtype.is_floating_point:
+            if not torch.equal(out.cpu(), ref.to(out.dtype).cpu()):
+                return f"output {i}: {int((out.cpu() != ref.to(out.dtype).cpu()).sum())} integer elements differ"
+            continue
         tol = spec.tolerances[DTYPE_NAMES.get(out.dtype, "float32")]
         got, want = out.detach().double().cpu(), ref.detach().double().cpu()
         # NaN where the reference is finite means an element was never written (outputs are poisoned).
@@ -34,6 +43,6 @@ def verify_config(spec: KernelSpec, config: Config, problem: Problem, device: to
     inputs = spec.make_inputs(problem, device, seed)
     outputs = spec.alloc_outputs(inputs)
     for out in outputs:
-        out.fill_(float("nan"))
+        poison(out)
     spec.launch(config, inputs, outputs)
     return check_outputs(spec, outputs, spec.reference(inputs))
