@@ -3,6 +3,7 @@
 `sum` and `max` shadow the builtins inside this package, as `torch.sum` and `torch.max` do in torch's.
 """
 
+from tunekit.ops.gemm import linear, matmul
 from tunekit.ops.normalization import layer_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
@@ -12,7 +13,9 @@ __all__ = [
     "bias_act_residual",
     "gelu",
     "layer_norm",
+    "linear",
     "log_softmax",
+    "matmul",
     "max",
     "mean",
     "softmax",

@@ -1,0 +1,197 @@
+"""Search space of the fused-epilogue GEMM (kernels/gemm.py): C = act(alpha * A @ B + bias) + beta * residual.
+
+Four variants, one kernel function each:
+- `grouped`: one program per C tile, tiles launched in GROUP_M-row bands so neighbouring programs share A and
+  B tiles in L2.
+- `persistent`: min(#SMs, tiles) programs, each looping over tiles in the same grouped order (no tail wave of
+  launches; the next tile's loads overlap the previous tile's epilogue).
+- `splitk`: K is split across SPLIT_K programs per tile, each writing an fp32 partial tile to a workspace
+  [SPLIT_K, M, N]; a second small kernel sums the partials in a fixed order (deterministic) and applies the
+  epilogue once. For few output tiles and long K (e.g. 16x4096x4096), where tiles alone cannot fill the GPU.
+- `tma`: Hopper's tensor memory accelerator loads A and B tiles through host-side tensor descriptors; persistent
+  like `persistent`. Only where the device has TMA (NVIDIA, compute capability >= 9.0) and strides are 16-byte
+  aligned.
+
+The problem is a mapping with keys m (a power-of-two bucket of M), n, k (exact), dtype, a_layout / b_layout
+("row" or "col"), activation, has_bias, has_residual and aligned16 (see `is_aligned16`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+VARIANTS = ("grouped", "persistent", "splitk", "tma")
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+LAYOUTS = ("row", "col")
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+THREADS_PER_WARP = 32
+# fp32 accumulator values one thread may hold before the tile spills (255 registers, the rest for addresses).
+MAX_ACC_PER_THREAD = 128
+# Below this many tile elements per warp, eight warps idle on each other.
+MIN_TILE_PER_WARP = 1024
+MAX_SPLITK_WORKSPACE_BYTES = 512 * 1024 * 1024
+ALIGN = 16
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def is_aligned16(m: int, n: int, k: int, a_layout: str) -> bool:
+    """Sizes part of the aligned16 flag: N and K (and M when A is column-major) are multiples of 16 elements.
+
+    The op also requires every leading stride and data pointer to be 16-element / 16-byte aligned before it sets
+    the flag (tunekit/ops/gemm.py); a problem parsed from a shape has contiguous operands, so sizes decide it.
+    TMA needs 16-byte aligned strides; 16 elements also make every masked row a whole number of 16-byte vectors.
+    """
+    return n % ALIGN == 0 and k % ALIGN == 0 and (a_layout == "row" or m % ALIGN == 0)
+
+
+def compute_major(device: DeviceFingerprint) -> int:
+    """The major compute capability, 0 where there is none (the interpreter's "none")."""
+    try:
+        return int(device.compute_capability.split(".")[0])
+    except ValueError:
+        return 0
+
+
+def has_tma(device: DeviceFingerprint) -> bool:
+    return device.vendor == "nvidia" and compute_major(device) >= 9
+
+
+def smem_bytes(config: Config, problem: Problem) -> int:
+    """Shared memory the software pipeline buffers: num_stages tiles of A and of B."""
+    bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    return int(config["num_stages"]) * (bm * bk + bk * bn) * ELEMENT_BYTES[str(problem["dtype"])]
+
+
+def _splitk_iff_split(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return (config["variant"] == "splitk") == (int(config["SPLIT_K"]) > 1)
+
+
+def _splitk_long_k(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] != "splitk":
+        return True
+    return int(problem["k"]) >= 2 * int(config["SPLIT_K"]) * int(config["BLOCK_K"])
+
+
+def _splitk_workspace(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] != "splitk":
+        return True
+    return int(config["SPLIT_K"]) * int(problem["m"]) * int(problem["n"]) * 4 <= MAX_SPLITK_WORKSPACE_BYTES
+
+
+def _tma_device(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["variant"] != "tma" or has_tma(device)
+
+
+def _tma_aligned(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["variant"] != "tma" or bool(problem["aligned16"])
+
+
+def _fits_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if device.smem_per_block == 0:  # the interpreter has no shared memory limit
+        return True
+    return smem_bytes(config, problem) <= device.smem_per_block
+
+
+def _block_k_within_k(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_K"]) <= max(16, next_pow2(int(problem["k"])))
+
+
+def _block_m_within_m(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_M"]) <= max(16, next_pow2(int(problem["m"])))
+
+
+def _block_n_within_n(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_N"]) <= max(16, next_pow2(int(problem["n"])))
+
+
+def _acc_fits_registers(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    threads = THREADS_PER_WARP * int(config["num_warps"])
+    return int(config["BLOCK_M"]) * int(config["BLOCK_N"]) <= MAX_ACC_PER_THREAD * threads
+
+
+def _warps_have_work(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    tile = int(config["BLOCK_M"]) * int(config["BLOCK_N"])
+    return config["num_warps"] == 4 or tile >= MIN_TILE_PER_WARP * int(config["num_warps"])
+
+
+SPACE = SearchSpace(
+    params=(
+        Choice("variant", VARIANTS),
+        PowerOfTwo("BLOCK_M", 16, 256),
+        PowerOfTwo("BLOCK_N", 16, 256),
+        PowerOfTwo("BLOCK_K", 16, 128),
+        Choice("GROUP_M", (1, 4, 8, 16)),
+        PowerOfTwo("SPLIT_K", 1, 16),
+        PowerOfTwo("num_warps", 4, 8),
+        Choice("num_stages", (2, 3, 4, 5)),
+    ),
+    rules=(
+        Rule(
+            "splitk_iff_split_k_above_1",
+            _splitk_iff_split,
+            why="SPLIT_K only means something to the splitk variant, and splitk with SPLIT_K=1 is grouped plus an "
+            "extra reduction pass",
+        ),
+        Rule(
+            "splitk_needs_long_k",
+            _splitk_long_k,
+            why="each split should run at least two BLOCK_K steps (K >= 2*SPLIT_K*BLOCK_K); shorter splits pay the "
+            "workspace round trip for nothing",
+        ),
+        Rule(
+            "splitk_workspace_at_most_512MiB",
+            _splitk_workspace,
+            why="the fp32 workspace is SPLIT_K*M*N*4 bytes; where it is that large, M*N has tiles enough to fill "
+            "the GPU without splitting K",
+        ),
+        Rule(
+            "tma_needs_hopper",
+            _tma_device,
+            why="tensor descriptors (TMA) exist on NVIDIA compute capability >= 9.0 only; never in the interpreter",
+        ),
+        Rule(
+            "tma_needs_aligned16",
+            _tma_aligned,
+            why="TMA requires 16-byte aligned base pointers and leading strides (the problem's aligned16 flag)",
+        ),
+        Rule(
+            "pipeline_fits_shared_memory",
+            _fits_smem,
+            why="num_stages*(BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N)*element bytes must fit the block's shared memory "
+            "(skipped where the limit is unknown: the interpreter)",
+        ),
+        Rule(
+            "block_k_within_k",
+            _block_k_within_k,
+            why="BLOCK_K <= max(16, next_pow2(K)): a larger block only multiplies zero padding",
+        ),
+        Rule(
+            "block_m_within_m",
+            _block_m_within_m,
+            why="BLOCK_M <= max(16, next_pow2(M)): a larger block only computes masked-off rows",
+        ),
+        Rule(
+            "block_n_within_n",
+            _block_n_within_n,
+            why="BLOCK_N <= max(16, next_pow2(N)): a larger block only computes masked-off columns",
+        ),
+        Rule(
+            "accumulator_fits_registers",
+            _acc_fits_registers,
+            why="the fp32 BLOCK_M*BLOCK_N accumulator must stay <= 128 values per thread, else it spills",
+        ),
+        Rule(
+            "eight_warps_need_big_tile",
+            _warps_have_work,
+            why="8 warps on a tile under 8192 elements leave warps idle; 4 warps is the floor",
+        ),
+    ),
+)

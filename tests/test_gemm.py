@@ -1,0 +1,478 @@
+"""The fused-epilogue GEMM against torch in float64: every interpreter-runnable variant x every epilogue x dtype x
+awkward sizes, both layouts of A and B, the TMA kernel (run directly: the interpreter executes tensor descriptors,
+though the space never offers tma there), the space's rules on the interpreter and on a fake H200, heuristic
+validity, the ops (strides, leading dims, empty and K == 0 inputs, torch.compile) and bad inputs.
+
+Kept small (M, N, K <= 100, 16/32 blocks): the interpreter runs every program in Python.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tunekit.device import DeviceFingerprint, fingerprint
+from tunekit.dispatch import dispatcher
+from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.kernels import gemm as G
+from tunekit.ops.gemm import linear, matmul
+from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
+from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.verify import verify_config
+
+SPEC = G.SPEC
+CPU = torch.device("cpu")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SIZES = ((1, 1, 1), (7, 13, 5), (33, 17, 65), (64, 48, 32), (100, 3, 16))  # (M, N, K)
+LAYOUTS = tuple(itertools.product(("row", "col"), repeat=2))
+
+H200 = DeviceFingerprint(
+    vendor="nvidia",
+    name="NVIDIA H200",
+    compute_capability="9.0",
+    sm_count=132,
+    smem_per_block=232448,
+    l2_bytes=62914560,
+    regs_per_sm=65536,
+    triton_version="3.6.0",
+    torch_version="x",
+    cuda_version="13.0",
+)
+A10 = DeviceFingerprint(
+    vendor="nvidia",
+    name="NVIDIA A10",
+    compute_capability="8.6",
+    sm_count=72,
+    smem_per_block=101376,
+    l2_bytes=6291456,
+    regs_per_sm=65536,
+    triton_version="3.6.0",
+    torch_version="x",
+    cuda_version="12.4",
+)
+MI300 = DeviceFingerprint(  # AMD reports gfx942 as compute capability 9.4: no TMA there
+    vendor="amd",
+    name="AMD Instinct MI300X",
+    compute_capability="9.4",
+    sm_count=304,
+    smem_per_block=65536,
+    l2_bytes=4194304,
+    regs_per_sm=65536,
+    triton_version="3.6.0",
+    torch_version="x",
+    cuda_version="6.2",
+)
+INTERP = fingerprint()
+
+# name -> (activation, has_bias, has_residual, alpha, beta)
+EPILOGUES = {
+    "none": ("none", False, False, 1.0, 1.0),
+    "bias_relu": ("relu", True, False, 1.0, 1.0),
+    "bias_gelu": ("gelu", True, False, 1.0, 1.0),
+    "gelu_tanh_residual": ("gelu_tanh", False, True, 1.0, 1.0),
+    "silu": ("silu", False, False, 1.0, 1.0),
+    "alpha_beta": ("none", True, True, -0.5, 2.0),
+}
+
+
+def config(variant: str = "grouped", bm: int = 16, bn: int = 16, bk: int = 16, split: int = 1, **kw: int) -> dict:
+    return {
+        "variant": variant,
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "GROUP_M": kw.get("group_m", 4),
+        "SPLIT_K": split,
+        "num_warps": kw.get("num_warps", 4),
+        "num_stages": kw.get("num_stages", 2),
+    }
+
+
+# Interpreter-runnable variants: (name, config).
+VARIANT_CONFIGS = {
+    "grouped": config("grouped", 16, 32, 16),
+    "persistent": config("persistent", 32, 16, 16, group_m=1),
+    "splitk2": config("splitk", 16, 16, 16, split=2),
+    "splitk4": config("splitk", 32, 16, 16, split=4, group_m=8),
+}
+
+
+def operand(rows: int, cols: int, layout: str, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if layout == "row":
+        return (scale * torch.randn(rows, cols, generator=g)).to(dtype)
+    return (scale * torch.randn(cols, rows, generator=g)).to(dtype).T
+
+
+def gemm_inputs(
+    m: int,
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    epilogue: str = "none",
+    layouts: tuple[str, str] = ("row", "row"),
+    seed: int = 0,
+) -> tuple:
+    activation, has_bias, has_residual, alpha, beta = EPILOGUES[epilogue]
+    a = operand(m, k, layouts[0], dtype, seed)
+    b = operand(k, n, layouts[1], dtype, seed + 1, scale=1 / math.sqrt(k))  # keeps outputs ~N(0, 1)
+    bias = operand(1, n, "row", dtype, seed + 2, scale=0.5)[0] if has_bias else None
+    residual = operand(m, n, "row", dtype, seed + 3) if has_residual else None
+    return (a, b, bias, residual, activation, alpha, beta)
+
+
+def reference64(inputs: tuple) -> torch.Tensor:
+    """torch in float64 (its own gelu/silu), rounded once to the input dtype."""
+    a, b, bias, residual, activation, alpha, beta = inputs
+    y = alpha * (a.double() @ b.double())
+    if bias is not None:
+        y = y + bias.double()
+    y = {
+        "none": lambda v: v,
+        "relu": torch.relu,
+        "gelu": F.gelu,
+        "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
+        "silu": F.silu,
+    }[activation](y)
+    if residual is not None:
+        y = y + beta * residual.double()
+    return y.to(a.dtype)
+
+
+def assert_matches(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, what
+    tol = SPEC.tolerances[DTYPE_NAMES[want.dtype]]
+    torch.testing.assert_close(got, want, atol=tol.atol, rtol=tol.rtol, msg=lambda m: f"{what}: {m}")
+
+
+def run_launch(cfg: dict, inputs: tuple) -> torch.Tensor:
+    (out,) = SPEC.alloc_outputs(inputs)
+    out.fill_(float("nan"))  # an element the kernel never writes stays NaN and fails the comparison
+    SPEC.launch(cfg, inputs, (out,))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- kernel results
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+@pytest.mark.parametrize("variant", list(VARIANT_CONFIGS))
+def test_variants_x_epilogues_match_float64(variant: str, epilogue: str, dtype: torch.dtype) -> None:
+    for i, (m, n, k) in enumerate(SIZES):
+        layouts = LAYOUTS[i % len(LAYOUTS)]
+        inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts, seed=i)
+        got = run_launch(VARIANT_CONFIGS[variant], inputs)
+        assert_matches(got, reference64(inputs), f"{variant} {epilogue} {m}x{n}x{k} {layouts}")
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda lay: "-".join(lay))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_both_layouts_of_a_and_b(layouts: tuple[str, str], dtype: torch.dtype) -> None:
+    for m, n, k in ((33, 17, 65), (64, 48, 32)):
+        inputs = gemm_inputs(m, n, k, dtype, "alpha_beta", layouts, seed=m)
+        for variant, cfg in VARIANT_CONFIGS.items():
+            assert_matches(run_launch(cfg, inputs), reference64(inputs), f"{variant} {layouts} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda lay: "-".join(lay))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_tma_kernel_runs_in_interpreter(layouts: tuple[str, str], dtype: torch.dtype) -> None:
+    """Never offered here, but the interpreter executes host tensor descriptors: check the kernel's indexing."""
+    for (m, n, k), epilogue in (((64, 48, 32), "bias_gelu"), ((48, 32, 80), "gelu_tanh_residual")):
+        inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts)
+        assert G.tensors_aligned16(*inputs[:4]) and is_aligned16(m, n, k, layouts[0])
+        assert G._tma_descriptors(inputs[0], inputs[1], 32, 16, 16) is not None  # really the TMA kernel
+        got = run_launch(config("tma", 32, 16, 16, group_m=1), inputs)
+        assert_matches(got, reference64(inputs), f"tma {layouts} {m}x{n}x{k}")
+
+
+def test_alignment_hints() -> None:
+    """ALIGN is what divides N, K, the leading strides (and M for column-major A); sizes divisible by 8, not 16,
+    run the hinted path (x // 8 * 8) and must still be exact."""
+    for (m, n, k), layouts in itertools.product(((24, 40, 56), (17, 40, 24)), LAYOUTS):
+        inputs = gemm_inputs(m, n, k, torch.float16, "alpha_beta", layouts)
+        a, b, _, residual = inputs[:4]
+        c = torch.empty(m, n, dtype=a.dtype)
+        align = G._alignment(a, b, c, residual, layouts[0] == "col", layouts[1] == "col")
+        assert align == (1 if layouts[0] == "col" and m == 17 else 8)
+        for cfg in VARIANT_CONFIGS.values():
+            assert_matches(run_launch(cfg, inputs), reference64(inputs), f"{cfg['variant']} {m}x{n}x{k} {layouts}")
+    assert G._pow2_divisor(3000, 0, 4096) == 8 and G._pow2_divisor(4096, 64) == 16 and G._pow2_divisor(7) == 1
+
+
+def test_tma_falls_back_on_unaligned_operands() -> None:
+    inputs = gemm_inputs(20, 17, 33, torch.float16, "bias_relu")
+    assert G._tma_descriptors(inputs[0], inputs[1], 16, 16, 16) is None
+    assert_matches(run_launch(config("tma"), inputs), reference64(inputs))
+
+
+def test_tall_skinny_and_block_shapes() -> None:
+    inputs = gemm_inputs(100, 3, 16, torch.float32, "bias_gelu")
+    want = reference64(inputs)
+    for bm, bn, bk in ((16, 16, 16), (32, 16, 16), (16, 32, 32), (128, 16, 16)):
+        for variant in ("grouped", "persistent"):
+            assert_matches(run_launch(config(variant, bm, bn, bk), inputs), want, f"{variant} {bm}x{bn}x{bk}")
+
+
+def test_splitk_uneven_and_empty_splits_and_determinism() -> None:
+    # K = 65 with BLOCK_K = 16: 5 K-blocks over 4 splits of 2 -> the last split has no work and must write zeros.
+    inputs = gemm_inputs(33, 17, 65, torch.float32, "alpha_beta")
+    cfg = config("splitk", 16, 16, 16, split=4)
+    first = run_launch(cfg, inputs)
+    assert_matches(first, reference64(inputs))
+    assert torch.equal(first, run_launch(cfg, inputs))  # a fixed-order reduction: bitwise repeatable
+
+
+def test_64bit_offsets_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors spanning 2**31 elements use int64 offsets; exercise that path by lowering the threshold."""
+    monkeypatch.setattr(G, "INT32_LIMIT", 8)
+    inputs = gemm_inputs(33, 17, 65, torch.float16, "gelu_tanh_residual", ("col", "row"))
+    for cfg in (*VARIANT_CONFIGS.values(), config("tma")):
+        assert_matches(run_launch(cfg, inputs), reference64(inputs), cfg["variant"])
+
+
+def test_zero_k_launch_applies_epilogue_to_zeros() -> None:
+    inputs = gemm_inputs(5, 7, 1, torch.float32, "alpha_beta")
+    a, b = inputs[0][:, :0], inputs[1][:0]
+    inputs = (a, b, *inputs[2:])
+    for cfg in (*VARIANT_CONFIGS.values(), config("tma")):
+        assert_matches(run_launch(cfg, inputs), reference64(inputs), cfg["variant"])
+
+
+@pytest.mark.parametrize("problem", SPEC.default_problems(INTERP), ids=SPEC.describe_problem)
+def test_spec_make_inputs_and_verify(problem: dict) -> None:
+    """The tuner's path: make_inputs -> NaN-poisoned outputs -> reference, for the heuristic and other configs."""
+    configs = [SPEC.heuristic(problem, INTERP), config("persistent", 16, 32, 32), config("splitk", 16, 16, 16, split=2)]
+    for cfg in configs:
+        assert SPACE.is_valid(cfg, problem, INTERP), SPACE.violations(cfg, problem, INTERP)
+        assert verify_config(SPEC, cfg, problem, CPU, seed=3) is None, cfg
+
+
+def test_make_inputs_honours_layouts_and_alignment() -> None:
+    p = G.make_problem(32, 48, 64, "float16", a_layout="col", b_layout="col", has_bias=True, has_residual=True)
+    assert p["aligned16"]
+    a, b, bias, residual, _, alpha, beta = SPEC.make_inputs(p, CPU, 0)
+    assert G.layout_of(a) == "col" and G.layout_of(b) == "col" and G.tensors_aligned16(a, b, bias, residual)
+    assert a.shape == (32, 64) and b.shape == (64, 48) and alpha != 1.0 and beta != 1.0
+    unaligned = dict(p, aligned16=False)
+    a, b, *_ = SPEC.make_inputs(unaligned, CPU, 0)
+    assert G.layout_of(a) == "col" and not G.tensors_aligned16(a, b)
+    assert verify_config(SPEC, config(), unaligned, CPU, seed=0) is None
+
+
+def test_wrong_kernel_fails_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verification the tests and tuner rely on catches an epilogue applied twice (a classic splitk bug)."""
+    problem = G.make_problem(32, 32, 64, "float32", activation="relu", has_bias=True)
+    real = G.epilogue_reference
+
+    def doubled(acc, bias, residual, activation, alpha, beta):  # type: ignore[no-untyped-def]
+        return real(real(acc, bias, residual, activation, alpha, beta), bias, residual, activation, alpha, beta)
+
+    monkeypatch.setattr(G, "epilogue_reference", doubled)
+    assert verify_config(SPEC, config(), problem, CPU, seed=0) is not None
+
+
+# ------------------------------------------------------------------------------------------------ space rules
+
+
+def test_tma_offered_only_on_hopper_for_aligned_problems() -> None:
+    aligned = G.make_problem(256, 256, 256, "bfloat16", a_layout="col")
+    unaligned = G.make_problem(256, 250, 256, "bfloat16")
+    assert aligned["aligned16"] and not unaligned["aligned16"]
+    tma = config("tma", 64, 64, 64, group_m=8, num_stages=3)
+    assert has_tma(H200) and not has_tma(INTERP) and not has_tma(A10) and not has_tma(MI300)
+    assert SPACE.is_valid(tma, aligned, H200)
+    assert "tma_needs_aligned16" in SPACE.violations(tma, unaligned, H200)
+    for device in (INTERP, A10, MI300):
+        assert "tma_needs_hopper" in SPACE.violations(tma, aligned, device)
+    for problem in SPEC.default_problems(INTERP):
+        assert all(c["variant"] != "tma" for c in SPACE.valid_configs(problem, INTERP))
+
+
+def test_smem_rule_prunes_on_hopper_not_in_interpreter() -> None:
+    problem = G.make_problem(4096, 4096, 4096, "bfloat16")
+    big = config("grouped", 256, 128, 64, group_m=8, num_warps=8, num_stages=5)
+    assert smem_bytes(big, problem) > H200.smem_per_block
+    assert SPACE.violations(big, problem, H200) == ["pipeline_fits_shared_memory"]
+    assert SPACE.is_valid(big, problem, INTERP)
+    fits = dict(big, num_stages=3)
+    assert smem_bytes(fits, problem) <= H200.smem_per_block and SPACE.is_valid(fits, problem, H200)
+    fp32 = dict(G.make_problem(4096, 4096, 4096, "float32"))
+    assert not SPACE.is_valid(fits, fp32, H200)  # 4-byte elements double the footprint
+
+
+def test_splitk_rules() -> None:
+    problem = G.make_problem(16, 4096, 4096, "bfloat16")
+    assert SPACE.is_valid(config("splitk", 16, 64, 128, split=8), problem, H200)
+    assert "splitk_iff_split_k_above_1" in SPACE.violations(config("splitk", split=1), problem, H200)
+    assert "splitk_iff_split_k_above_1" in SPACE.violations(config("grouped", split=2), problem, H200)
+    short_k = G.make_problem(16, 4096, 100, "bfloat16")
+    assert "splitk_needs_long_k" in SPACE.violations(config("splitk", 16, 64, 32, split=2), short_k, H200)
+    huge = G.make_problem(65536, 65536, 65536, "bfloat16")
+    assert "splitk_workspace_at_most_512MiB" in SPACE.violations(config("splitk", split=2), huge, H200)
+
+
+def test_block_rules_follow_problem_sizes() -> None:
+    problem = G.make_problem(7, 13, 5, "float32")
+    assert SPACE.is_valid(config(), problem, INTERP)
+    assert "block_m_within_m" in SPACE.violations(config(bm=32), problem, INTERP)
+    assert "block_n_within_n" in SPACE.violations(config(bn=32), problem, INTERP)
+    assert "block_k_within_k" in SPACE.violations(config(bk=32), problem, INTERP)
+    assert "accumulator_fits_registers" in SPACE.violations(
+        config(bm=256, bn=256, num_warps=8), G.make_problem(512, 512, 64, "float16"), INTERP
+    )
+    assert "eight_warps_need_big_tile" in SPACE.violations(
+        config(bm=32, bn=32, num_warps=8), G.make_problem(512, 512, 64, "float16"), INTERP
+    )
+
+
+def test_every_rule_has_a_reason() -> None:
+    assert all(rule.why for rule in SPACE.rules)
+    assert {p.name for p in SPACE.params} == set(SPEC.space.names)
+    assert set(VARIANTS) == {"grouped", "persistent", "splitk", "tma"}
+
+
+def _sweep_problems():
+    dims = (1, 3, 16, 17, 64, 100, 1000, 4096, 8191)
+    for m, n, k in itertools.product(dims, (1, 17, 128, 4096), (1, 16, 65, 4096, 8192)):
+        for dtype, (al, bl) in zip(("float32", "float16", "bfloat16", "bfloat16"), LAYOUTS):
+            yield G.make_problem(m, n, k, dtype, a_layout=al, b_layout=bl, activation="gelu", has_bias=True)
+
+
+def test_heuristic_always_valid() -> None:
+    for device in (INTERP, H200, A10, MI300):
+        for problem in _sweep_problems():
+            cfg = SPEC.heuristic(problem, device)
+            assert SPACE.check_membership(cfg) == cfg
+            assert SPACE.is_valid(cfg, problem, device), (problem, device.name, SPACE.violations(cfg, problem, device))
+
+
+def test_heuristic_splits_k_for_few_tiles_on_gpu() -> None:
+    skinny = SPEC.heuristic(G.make_problem(16, 4096, 4096, "bfloat16"), H200)
+    assert skinny["variant"] == "splitk" and skinny["SPLIT_K"] > 1
+    assert SPEC.heuristic(G.make_problem(4096, 4096, 4096, "bfloat16"), H200)["variant"] == "grouped"
+
+
+# --------------------------------------------------------------------------------------------- problem parsing
+
+
+def test_problem_from_shape() -> None:
+    p = SPEC.problem_from_shape((4097, 4096, 4096), "bfloat16")
+    assert p["m"] == row_bucket(4097) == 8192 and (p["n"], p["k"]) == (4096, 4096)
+    assert p["aligned16"] and (p["a_layout"], p["b_layout"], p["activation"]) == ("row", "row", "none")
+    assert not SPEC.problem_from_shape((64, 4095, 4096), "float16")["aligned16"]
+    with pytest.raises(InvalidShapeError, match="MxNxK"):
+        SPEC.problem_from_shape((64, 64), "float16")
+    with pytest.raises(InvalidShapeError, match=">= 1"):
+        SPEC.problem_from_shape((64, 0, 64), "float16")
+    with pytest.raises(InvalidInputError, match="dtype"):
+        SPEC.problem_from_shape((64, 64, 64), "int8")
+
+
+def test_default_problems() -> None:
+    interp = SPEC.default_problems(INTERP)
+    assert interp and all(p["m"] * p["n"] * p["k"] <= 64**3 for p in interp)
+    gpu = SPEC.default_problems(H200)
+    assert {(p["m"], p["n"], p["k"]) for p in gpu} >= {(4096, 4096, 4096), (16, 4096, 4096), (8192, 4096, 4096)}
+    for p in interp + gpu:
+        assert SPACE.valid_configs(p, INTERP if p in interp else H200)
+        assert SPACE.is_valid(SPEC.heuristic(p, H200), p, H200)
+
+
+# ------------------------------------------------------------------------------------------------------ ops
+
+
+def test_matmul_strided_operands() -> None:
+    base = torch.randn(40, 70)
+    a_row = base[:33, :65]  # row-major with a padded leading dim
+    a_col = torch.randn(65, 33).T
+    a_strided = torch.randn(66, 130)[::2, ::2][:33, :65]  # neither dim unit-stride: copied to row-major
+    b_row, b_col = torch.randn(65, 17) / 8, torch.randn(17, 65).T / 8
+    bias, residual = torch.randn(17), torch.randn(33, 17)
+    for a, b in itertools.product((a_row, a_col, a_strided), (b_row, b_col)):
+        got = matmul(a, b, bias=bias, activation="silu", alpha=0.5, beta=-1.0, residual=residual)
+        want = reference64((a, b, bias, residual, "silu", 0.5, -1.0))
+        assert_matches(got, want, f"{a.stride()} {b.stride()}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_linear_matches_torch(dtype: torch.dtype) -> None:
+    x = torch.randn(2, 5, 40).to(dtype)
+    weight = (torch.randn(24, 40) / 6).to(dtype)
+    bias = torch.randn(24).to(dtype)
+    residual = torch.randn(2, 5, 24).to(dtype)
+    got = linear(x, weight, bias, "gelu_tanh", residual)
+    want = F.gelu(F.linear(x.double(), weight.double(), bias.double()), approximate="tanh") + residual.double()
+    assert_matches(got, want.to(dtype))
+    assert_matches(linear(x, weight), F.linear(x.double(), weight.double()).to(dtype))
+    assert_matches(linear(x[0, 0], weight, bias), F.linear(x[0, 0].double(), weight.double(), bias.double()).to(dtype))
+
+
+def test_op_problem_keys() -> None:
+    d = dispatcher("gemm")
+    d.clear()
+    x, w = torch.randn(20, 32, dtype=torch.float16), torch.randn(48, 32, dtype=torch.float16)
+    linear(x, w, activation="relu")
+    ((key,),) = (tuple(d.memo),)
+    assert SPEC.problem_dict(key) == {
+        "m": 32, "n": 48, "k": 32, "dtype": "float16", "a_layout": "row", "b_layout": "col",
+        "activation": "relu", "has_bias": False, "has_residual": False, "aligned16": True,
+    }  # fmt: skip
+    d.clear()
+    misaligned = torch.randn(20 * 32 + 1, dtype=torch.float16)[1:].view(20, 32)  # data pointer off by 2 bytes
+    matmul(misaligned, w.T)
+    ((key,),) = (tuple(d.memo),)
+    assert SPEC.problem_dict(key)["aligned16"] is False
+
+
+def test_empty_and_zero_k() -> None:
+    w = torch.randn(4, 3)
+    assert linear(torch.randn(0, 3), w).shape == (0, 4)
+    assert linear(torch.randn(2, 0, 3), w).shape == (2, 0, 4)
+    assert matmul(torch.randn(5, 3), torch.randn(3, 0)).shape == (5, 0)
+    bias, residual = torch.randn(4), torch.randn(2, 4)
+    got = linear(torch.randn(2, 0), torch.randn(4, 0), bias, "gelu", residual)
+    torch.testing.assert_close(got, F.gelu(bias).expand(2, 4) + residual)
+    got = matmul(torch.randn(2, 0), torch.randn(0, 4), bias=bias, alpha=3.0, beta=0.5, residual=residual)
+    torch.testing.assert_close(got, bias.expand(2, 4) + 0.5 * residual)
+
+
+def test_ops_under_torch_compile() -> None:
+    x, w, b = torch.randn(3, 7, 40), torch.randn(24, 40) / 6, torch.randn(24)
+    r = torch.randn(3, 7, 24)
+
+    def model(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        h = linear(x, w, b, activation="silu", residual=r)
+        return matmul(h[0], w, alpha=2.0) * 2  # [7, 24] @ [24, 40]
+
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    want = 2 * (2 * (F.silu(F.linear(x[0], w, b)) + r[0]) @ w)
+    torch.testing.assert_close(compiled(x, w, b, r), want, atol=1e-2, rtol=1e-2)
+
+
+def test_bad_inputs() -> None:
+    a, b = torch.randn(4, 8), torch.randn(8, 5)
+    cases = [
+        (lambda: matmul(a.half(), b), "no mixed dtypes"),
+        (lambda: matmul(a, b, bias=torch.randn(5).half()), "bias dtype"),
+        (lambda: linear(a, torch.randn(5, 8).bfloat16()), "weight dtype"),
+        (lambda: matmul(a.int(), b.int()), "dtype must be one of"),
+        (lambda: matmul(a, torch.randn(7, 5)), "matching K"),
+        (lambda: matmul(a[0], b), "2-D"),
+        (lambda: linear(a, torch.randn(5, 7)), "in_features"),
+        (lambda: matmul(a, b, bias=torch.randn(4)), r"bias must have shape \[5\]"),
+        (lambda: matmul(a, b, residual=torch.randn(5, 4)), "residual must have"),
+        (lambda: linear(a, torch.randn(5, 8), residual=torch.randn(4, 4)), "residual must have"),
+        (lambda: matmul(a, b, activation="tanh"), "activation must be"),
+        (lambda: matmul(a, b, alpha="2"), "alpha must be"),
+        (lambda: matmul(a.numpy(), b), "must be a tensor"),
+        (lambda: linear(a, None), "weight must be a tensor"),
+    ]
+    for fn, match in cases:
+        with pytest.raises(InvalidInputError, match=match):
+            fn()
