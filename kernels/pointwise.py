@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.search_spaces import pointwise as pointwise_space
 from tunekit.search_spaces.pointwise import (
     ACTIVATIONS,
@@ -46,8 +48,6 @@ from tunekit.search_spaces.pointwise import (
     next_pow2,
     problem_rows,
 )
-
-from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.space import Config, Problem
 from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
 

@@ -11,13 +11,13 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from tunekit.kernels import pointwise as pw
-from tunekit.search_spaces.pointwise import ACTIVATIONS, SPACE
 
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.kernels import pointwise as pw
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
+from tunekit.search_spaces.pointwise import ACTIVATIONS, SPACE
 from tunekit.spec import DTYPE_NAMES, row_bucket
 
 SPEC = pw.SPEC
