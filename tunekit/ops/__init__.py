@@ -4,7 +4,7 @@
 """
 
 from tunekit.ops.gemm import linear, matmul
-from tunekit.ops.normalization import layer_norm
+from tunekit.ops.normalization import layer_norm, rms_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
 
@@ -18,6 +18,7 @@ __all__ = [
     "matmul",
     "max",
     "mean",
+    "rms_norm",
     "softmax",
     "sum",
 ]

@@ -1,18 +1,36 @@
-"""tunekit.ops.layer_norm: torch.nn.functional.layer_norm's signature, tuned Triton kernel underneath."""
+"""tunekit.ops.layer_norm and rms_norm: torch.nn.functional's signatures, tuned Triton kernels underneath.
+
+Both normalise over the trailing `normalized_shape` dims with fp32 statistics and train through autograd: each is a
+torch custom op (`torch.ops.tunekit.layer_norm`, `torch.ops.tunekit.rms_norm`) with a fake (meta) implementation
+and a registered backward, itself a custom op (`layer_norm_backward`, `rms_norm_backward`) running the tuned
+backward kernel. The backward recomputes the statistics from the saved input, so the forward saves nothing else.
+Gradients of weight and bias are computed only for those that require grad. Double backward is not supported.
+
+The eager hot path (no input requires grad, or grad mode off, and not compiling) skips the custom-op dispatch: one
+validation, one dispatch lookup, one launch. Inputs of any leading dims and strides are accepted (rows whose last
+dim is strided are copied); results are new contiguous tensors of input's shape and dtype.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name
-from tunekit.spec import row_bucket
+from tunekit.spec import DTYPE_NAMES, row_bucket
 
 _LAYERNORM = dispatcher("layernorm")
+_LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
+_RMSNORM = dispatcher("rmsnorm")
+_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward")
+
+
+# ---------------------------------------------------------------------------------------------- validation
 
 
 def _check_affine(p: torch.Tensor | None, shape: tuple[int, ...], x: torch.Tensor, what: str) -> None:
@@ -26,6 +44,162 @@ def _check_affine(p: torch.Tensor | None, shape: tuple[int, ...], x: torch.Tenso
     check_same_device(p, x, what)
 
 
+def _validate(
+    input: torch.Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: object,
+) -> tuple[int, ...]:
+    """Refuse anything the kernels would get wrong; return normalized_shape as a tuple."""
+    if not isinstance(input, torch.Tensor):
+        raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or tuple(input.shape[input.dim() - len(shape) :]) != shape or input.dim() < len(shape):
+        raise InvalidInputError(
+            f"normalized_shape={list(shape)} must match the trailing dims of input of shape {list(input.shape)}"
+        )
+    dtype_name(input, "input")
+    check_device(input, "input")
+    _check_affine(weight, shape, input, "weight")
+    _check_affine(bias, shape, input, "bias")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise InvalidInputError(f"eps must be a Python float, but got {type(eps).__name__}")
+    return shape
+
+
+def _needs_autograd(*tensors: torch.Tensor | None) -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """t as [M, n] with unit stride along n (the kernels take any row stride); a copy only when needed."""
+    rows = t.reshape(-1, n)
+    if n > 1 and rows.stride(1) != 1:
+        rows = rows.contiguous()
+    return rows
+
+
+def _vector(p: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    return None if p is None else p.reshape(n).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------- LayerNorm
+
+
+def _layer_norm(
+    input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    y = input.new_empty(input.shape)
+    if input.numel() == 0:
+        return y
+    n = math.prod(shape)
+    x2d = _rows(input, n)
+    w, b = _vector(weight, n), _vector(bias, n)
+    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None, b is not None)
+    _LAYERNORM.spec.launch(_LAYERNORM.config(key), (x2d, w, b, eps), (y.view(-1, n),))
+    return y
+
+
+def _layer_norm_backward(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    shape: Sequence[int],
+    eps: float,
+    want_dweight: bool,
+    bias_dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dweight, dbias); dweight / dbias are empty [0] tensors unless wanted (a custom op returns no None)."""
+    want_dw, want_db = want_dweight and weight is not None, bias_dtype is not None
+    dx = input.new_empty(input.shape)
+    dw = weight.new_empty(tuple(shape)) if want_dw and weight is not None else input.new_empty(0)
+    db = input.new_empty(tuple(shape), dtype=bias_dtype) if want_db else input.new_empty(0)
+    if input.numel() == 0:  # dweight and dbias are sums over no rows
+        return dx, dw.zero_(), db.zero_()
+    n = math.prod(shape)
+    x2d, dy2d = _rows(input, n), _rows(grad, n)
+    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None, want_db)
+    outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
+    inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
+    _LAYERNORM_BACKWARD.spec.launch(_LAYERNORM_BACKWARD.config(key), inputs, outputs)
+    return dx, dw, db
+
+
+@torch.library.custom_op("tunekit::layer_norm", mutates_args=())
+def _layer_norm_op(
+    input: torch.Tensor,
+    normalized_shape: list[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    return _layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+@_layer_norm_op.register_fake
+def _layer_norm_fake(
+    input: torch.Tensor,
+    normalized_shape: list[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    return input.new_empty(input.shape)
+
+
+@torch.library.custom_op("tunekit::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    normalized_shape: list[int],
+    eps: float,
+    want_dweight: bool,
+    bias_dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _layer_norm_backward(grad, input, weight, normalized_shape, eps, want_dweight, bias_dtype)
+
+
+@_layer_norm_backward_op.register_fake
+def _layer_norm_backward_fake(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    normalized_shape: list[int],
+    eps: float,
+    want_dweight: bool,
+    bias_dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    shape = tuple(normalized_shape)
+    dw = weight.new_empty(shape) if want_dweight and weight is not None else input.new_empty(0)
+    db = input.new_empty(shape, dtype=bias_dtype) if bias_dtype is not None else input.new_empty(0)
+    return input.new_empty(input.shape), dw, db
+
+
+def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, normalized_shape, weight, bias, eps = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.normalized_shape, ctx.eps = list(normalized_shape), eps
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _layer_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, Any, Any, None]:
+    input, weight = ctx.saved_tensors
+    need_dx, _, need_dw, need_db, _ = ctx.needs_input_grad
+    want_dw = weight is not None and need_dw
+    bias_dtype = ctx.bias_dtype if need_db else None
+    dx, dw, db = torch.ops.tunekit.layer_norm_backward(
+        grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw, bias_dtype
+    )
+    return (dx if need_dx else None, None, dw if want_dw else None, db if bias_dtype is not None else None, None)
+
+
+_layer_norm_op.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+
+
 def layer_norm(
     input: torch.Tensor,
     normalized_shape: int | Sequence[int],
@@ -34,27 +208,115 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
-    if not isinstance(input, torch.Tensor):
-        raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or tuple(input.shape[input.dim() - len(shape) :]) != shape or input.dim() < len(shape):
-        raise InvalidInputError(
-            f"normalized_shape={list(shape)} must match the trailing dims of input of shape {list(input.shape)}"
-        )
-    dtype = dtype_name(input, "input")
-    check_device(input, "input")
-    _check_affine(weight, shape, input, "weight")
-    _check_affine(bias, shape, input, "bias")
-    n = math.prod(shape)
+    shape = _validate(input, normalized_shape, weight, bias, eps)
+    if _needs_autograd(input, weight, bias):
+        return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
+    return _layer_norm(input, shape, weight, bias, float(eps))
+
+
+# ---------------------------------------------------------------------------------------------- RMSNorm
+
+
+def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    y = input.new_empty(input.shape)
     if input.numel() == 0:
-        return torch.empty_like(input)
-    x2d = input.reshape(-1, n)
-    if not x2d.is_contiguous():
-        x2d = x2d.contiguous()
-    w = weight.reshape(n).contiguous() if weight is not None else None
-    b = bias.reshape(n).contiguous() if bias is not None else None
-    key = (row_bucket(x2d.shape[0]), n, dtype, w is not None, b is not None)
-    config = _LAYERNORM.config(key)
-    y2d = torch.empty_like(x2d)
-    _LAYERNORM.spec.launch(config, (x2d, w, b, float(eps)), (y2d,))
-    return y2d.view(input.shape)
+        return y
+    n = math.prod(shape)
+    x2d = _rows(input, n)
+    w = _vector(weight, n)
+    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None)
+    _RMSNORM.spec.launch(_RMSNORM.config(key), (x2d, w, eps), (y.view(-1, n),))
+    return y
+
+
+def _rms_norm_backward(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    shape: Sequence[int],
+    eps: float,
+    want_dweight: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dweight); dweight is an empty [0] tensor unless wanted."""
+    want_dw = want_dweight and weight is not None
+    dx = input.new_empty(input.shape)
+    dw = weight.new_empty(tuple(shape)) if want_dw and weight is not None else input.new_empty(0)
+    if input.numel() == 0:  # dweight is a sum over no rows
+        return dx, dw.zero_()
+    n = math.prod(shape)
+    x2d, dy2d = _rows(input, n), _rows(grad, n)
+    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None)
+    outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
+    inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
+    _RMSNORM_BACKWARD.spec.launch(_RMSNORM_BACKWARD.config(key), inputs, outputs)
+    return dx, dw
+
+
+@torch.library.custom_op("tunekit::rms_norm", mutates_args=())
+def _rms_norm_op(
+    input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    return _rms_norm(input, normalized_shape, weight, eps)
+
+
+@_rms_norm_op.register_fake
+def _rms_norm_fake(
+    input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    return input.new_empty(input.shape)
+
+
+@torch.library.custom_op("tunekit::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    normalized_shape: list[int],
+    eps: float,
+    want_dweight: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rms_norm_backward(grad, input, weight, normalized_shape, eps, want_dweight)
+
+
+@_rms_norm_backward_op.register_fake
+def _rms_norm_backward_fake(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    normalized_shape: list[int],
+    eps: float,
+    want_dweight: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dw = weight.new_empty(tuple(normalized_shape)) if want_dweight and weight is not None else input.new_empty(0)
+    return input.new_empty(input.shape), dw
+
+
+def _rms_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, normalized_shape, weight, eps = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.normalized_shape, ctx.eps = list(normalized_shape), eps
+
+
+def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, Any, None]:
+    input, weight = ctx.saved_tensors
+    need_dx, _, need_dw, _ = ctx.needs_input_grad
+    want_dw = weight is not None and need_dw
+    dx, dw = torch.ops.tunekit.rms_norm_backward(grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw)
+    return (dx if need_dx else None, None, dw if want_dw else None, None)
+
+
+_rms_norm_op.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+
+
+def rms_norm(
+    input: torch.Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
+    shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
+    eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
+    if _needs_autograd(input, weight):
+        return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
+    return _rms_norm(input, shape, weight, eps_value)

@@ -1,0 +1,507 @@
+"""LayerNorm backward over the last dim of a 2-D tensor: dx, dweight, dbias from x, dy and the weight.
+
+The statistics are recomputed from x (the forward saves nothing), in fp32 and mean-subtracted like the forward.
+With x̂ = (x - mean) * rstd and g = dy * w:
+
+    dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)),    dweight = Σ_rows dy * x̂,    dbias = Σ_rows dy
+
+A program owns ROWS_PER_PROGRAM consecutive rows and writes their dweight/dbias sums into its own fp32 partial
+row of a workspace [programs, N]; `_sum_partials` then adds the partial rows in a fixed order. No atomics: the
+result is bitwise deterministic for a given config. Two variants (see search_spaces/layernorm_backward.py):
+`single` holds [ROWS, BLOCK_N] tiles of whole rows in registers; `looped` walks one row in BLOCK_N chunks twice
+(one pass of per-lane Welford mean/M2 and co-moment of x and g, then dx), adding into its workspace row in memory.
+
+The same kernels compute RMSNorm's backward (IS_RMS: no mean, no dbias); kernels/rmsnorm_backward.py declares it.
+
+The @triton.jit bodies are exempt from typing (mypy does not check kernels/); host code is typed.
+"""
+
+from __future__ import annotations
+
+# First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
+import tunekit.backend  # noqa: F401
+
+# isort: split
+
+import math
+import sys
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.search_spaces import layernorm_backward as backward_space
+from tunekit.search_spaces.layernorm_backward import (
+    MAX_CHUNKS,
+    MAX_ROWS_PER_PROGRAM,
+    SPACE,
+    cdiv,
+    next_pow2,
+    single_block_n,
+)
+from tunekit.space import Config, Problem
+from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+DEFAULT_EPS = 1e-5
+# The partial-sum reduction: a program adds 32 columns (one 128-byte line of fp32 per partial row), 64 rows at a
+# time. It reads programs * N * 4 bytes per gradient (mostly from L2, just written): ROWS_PER_PROGRAM sets the
+# program count, so the tuner weighs this traffic against the main kernel's parallelism.
+SUM_BLOCK_N = 32
+SUM_BLOCK_G = 64
+SUM_WARPS = 4
+
+
+@triton.jit
+def _norm_bwd_single(
+    X,  # [M, N] input, unit stride along N
+    DY,  # [M, N] upstream gradient, unit stride along N
+    DX,  # [M, N] input gradient (written), unit stride along N
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    DW_PART,  # [programs, N] fp32 partial dweight sums, contiguous (written only when WANT_DW)
+    DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
+    M,
+    N,
+    stride_x,
+    stride_dy,
+    stride_dx,
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    WANT_DW: tl.constexpr,
+    WANT_DB: tl.constexpr,
+    DIV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
+):
+    # Triton only learns that a size is a multiple of 16; DIV, a power of two the host found dividing N and every
+    # row stride, restores 16-byte vector loads for rows like 3000 fp16 values (as in kernels/layernorm.py).
+    N = N // DIV * DIV
+    stride_x = stride_x // DIV * DIV
+    stride_dy = stride_dy // DIV * DIV
+    stride_dx = stride_dx // DIV * DIV
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    # Row-wise sums stay [ROWS, BLOCK_N] across tiles; the cross-row reduction happens once, at the end.
+    dw_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    first_row = pid * ROWS_PER_PROGRAM
+    for i in range(0, ROWS_PER_PROGRAM, ROWS):
+        rows = first_row + i + tl.arange(0, ROWS)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)[:, None]  # M * N may exceed 2**31 elements
+        x = tl.load(X + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if IS_RMS:
+            xc = x
+        else:
+            mean = tl.sum(x, axis=1) / N
+            xc = tl.where(mask, x - mean[:, None], 0.0)  # padding lanes must not enter the sums below
+        # Masked-off rows get rstd 0, not rsqrt(eps): with eps = 0 that is inf, and 0 * inf would poison dweight.
+        rstd = tl.where(row_ok, tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps), 0.0)
+        xhat = xc * rstd[:, None]
+        g = dy * w[None, :] if HAS_WEIGHT else dy
+        c1 = tl.sum(xhat * g, axis=1) / N
+        if IS_RMS:
+            dx = (g - xhat * c1[:, None]) * rstd[:, None]
+        else:
+            c2 = tl.sum(g, axis=1) / N
+            dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(DX + rows64 * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if WANT_DW:
+            dw_acc += dy * xhat
+        if WANT_DB:
+            db_acc += dy
+    part = pid.to(tl.int64) * N + cols
+    if WANT_DW:
+        tl.store(DW_PART + part, tl.sum(dw_acc, axis=0), mask=col_mask)
+    if WANT_DB:
+        tl.store(DB_PART + part, tl.sum(db_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def _norm_bwd_looped(
+    X,  # [M, N] input, unit stride along N
+    DY,  # [M, N] upstream gradient, unit stride along N
+    DX,  # [M, N] input gradient (written), unit stride along N
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    DW_PART,  # [programs, N] fp32 partial dweight sums, contiguous (written only when WANT_DW)
+    DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
+    M,
+    N,
+    stride_x,
+    stride_dy,
+    stride_dx,
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    WANT_DW: tl.constexpr,
+    WANT_DB: tl.constexpr,
+    DIV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
+):
+    N = N // DIV * DIV  # see _norm_bwd_single
+    stride_x = stride_x // DIV * DIV
+    stride_dy = stride_dy // DIV * DIV
+    stride_dx = stride_dx // DIV * DIV
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    # Each program owns one workspace row; nobody else reads or writes it until _sum_partials.
+    dw_part = DW_PART + pid.to(tl.int64) * N
+    db_part = DB_PART + pid.to(tl.int64) * N
+    lane_count = ((N - cols + BLOCK_N - 1) // BLOCK_N).to(tl.float32)
+    row_start = pid * ROWS_PER_PROGRAM
+    row_end = tl.minimum(row_start + ROWS_PER_PROGRAM, M)
+    # Row pointers start in int64 (M * N may exceed 2**31 elements) and advance by one stride per row.
+    x_row = X + row_start.to(tl.int64) * stride_x
+    dy_row = DY + row_start.to(tl.int64) * stride_dy
+    dx_row = DX + row_start.to(tl.int64) * stride_dx
+    for row in range(row_start, row_end):
+        # Pass 1: per-lane statistics in one read of x and dy. LayerNorm keeps Welford's mean and M2 of x and the
+        # co-moment C = Σ(x - mean_x)(g - mean_g), all mean-subtracted, so a large mean costs no precision; lane k
+        # has seen k values before chunk k (only the last chunk is ragged): one 1/(k+1) per chunk.
+        acc_a = tl.zeros([BLOCK_N], dtype=tl.float32)  # RMS: Σx²; LN: M2 of x
+        acc_b = tl.zeros([BLOCK_N], dtype=tl.float32)  # RMS: Σx·g; LN: co-moment of x and g
+        lane_mx = tl.zeros([BLOCK_N], dtype=tl.float32)
+        lane_mg = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for k in range(0, n_chunks):
+            offs = k * BLOCK_N + cols
+            mask = offs < N
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(dy_row + offs, mask=mask, other=0.0).to(tl.float32)
+            if HAS_WEIGHT:
+                g = g * tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+            if IS_RMS:
+                acc_a += x * x
+                acc_b += x * g
+            else:
+                inv = 1.0 / (k + 1.0)
+                delta_x = x - lane_mx
+                new_mx = lane_mx + delta_x * inv
+                new_mg = lane_mg + (g - lane_mg) * inv
+                acc_a = tl.where(mask, acc_a + delta_x * (x - new_mx), acc_a)
+                acc_b = tl.where(mask, acc_b + delta_x * (g - new_mg), acc_b)
+                lane_mx = tl.where(mask, new_mx, lane_mx)
+                lane_mg = tl.where(mask, new_mg, lane_mg)
+        if IS_RMS:
+            mean = 0.0
+            rstd = tl.rsqrt(tl.sum(acc_a, axis=0) / N + eps)
+            c1 = rstd * tl.sum(acc_b, axis=0) / N  # mean(x̂ g)
+            c2 = 0.0
+        else:
+            # Merge the lanes (Chan et al.): M2 = Σ M2_j + Σ n_j (mx_j - mx)², C likewise with the g deviations.
+            mean = tl.sum(lane_count * lane_mx, axis=0) / N
+            c2 = tl.sum(lane_count * lane_mg, axis=0) / N  # mean(g)
+            spread_x = lane_mx - mean
+            spread_g = lane_mg - c2
+            var = (tl.sum(acc_a, axis=0) + tl.sum(lane_count * spread_x * spread_x, axis=0)) / N
+            cov = (tl.sum(acc_b, axis=0) + tl.sum(lane_count * spread_x * spread_g, axis=0)) / N
+            rstd = tl.rsqrt(var + eps)
+            c1 = rstd * cov  # mean(x̂ g) = rstd * mean((x - mean) g) = rstd * cov(x, g)
+
+        # Pass 2, last chunk first: the chunks pass 1 read most recently are the likeliest still in cache.
+        accumulate = row > row_start  # the program's first row initialises its workspace row
+        for k in range(0, n_chunks):
+            offs = (n_chunks - 1 - k) * BLOCK_N + cols
+            mask = offs < N
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + offs, mask=mask, other=0.0).to(tl.float32)
+            g = dy * tl.load(W + offs, mask=mask, other=0.0).to(tl.float32) if HAS_WEIGHT else dy
+            xhat = (x - mean) * rstd
+            dx = (g - xhat * c1 - c2) * rstd
+            tl.store(dx_row + offs, dx.to(DX.dtype.element_ty), mask=mask)
+            if WANT_DW:
+                dw = tl.load(dw_part + offs, mask=mask & accumulate, other=0.0)
+                tl.store(dw_part + offs, dw + dy * xhat, mask=mask)
+            if WANT_DB:
+                db = tl.load(db_part + offs, mask=mask & accumulate, other=0.0)
+                tl.store(db_part + offs, db + dy, mask=mask)
+        x_row += stride_x
+        dy_row += stride_dy
+        dx_row += stride_dx
+
+
+@triton.jit
+def _sum_partials(
+    DW_PART,  # [G, N] fp32 partial dweight sums, contiguous (read only when WANT_DW)
+    DB_PART,  # [G, N] fp32 partial dbias sums, contiguous (read only when WANT_DB)
+    DW,  # [N] dweight (written when WANT_DW)
+    DB,  # [N] dbias (written when WANT_DB)
+    G,
+    N,
+    WANT_DW: tl.constexpr,
+    WANT_DB: tl.constexpr,
+    DIV: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    N = N // DIV * DIV  # see _norm_bwd_single: partial rows N apart keep 16-byte loads when DIV allows
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc_w = tl.zeros([BLOCK_G, BLOCK_N], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_G, BLOCK_N], dtype=tl.float32)
+    for g0 in range(0, G, BLOCK_G):
+        parts = g0 + tl.arange(0, BLOCK_G)
+        mask = (parts < G)[:, None] & col_mask[None, :]
+        offs = parts.to(tl.int64)[:, None] * N + cols[None, :]
+        if WANT_DW:
+            acc_w += tl.load(DW_PART + offs, mask=mask, other=0.0)
+        if WANT_DB:
+            acc_b += tl.load(DB_PART + offs, mask=mask, other=0.0)
+    if WANT_DW:
+        tl.store(DW + cols, tl.sum(acc_w, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+    if WANT_DB:
+        tl.store(DB + cols, tl.sum(acc_b, axis=0).to(DB.dtype.element_ty), mask=col_mask)
+
+
+def launch_backward(
+    config: Config,
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    dx: torch.Tensor,
+    dw: torch.Tensor | None,
+    db: torch.Tensor | None,
+    is_rms: bool,
+) -> None:
+    """Write dx, and dw / db where given, for 2-D x, dy, dx with unit stride along N. No validation: hot path."""
+    m, n = x.shape
+    if n == 0:
+        return
+    if m == 0:  # a sum over no rows
+        for t in (dw, db):
+            if t is not None:
+                t.zero_()
+        return
+    rows_per_program = int(config["ROWS_PER_PROGRAM"])
+    n_programs = triton.cdiv(m, rows_per_program)
+    want_dw, want_db = dw is not None, db is not None
+    # fp32 workspaces of partial sums, one row per program (every element the sum kernel reads is written first);
+    # an unwanted one is a placeholder pointer, never read. Separate allocations keep both 16-byte aligned.
+    dw_part = torch.empty((n_programs, n), dtype=torch.float32, device=x.device) if want_dw else x
+    db_part = torch.empty((n_programs, n), dtype=torch.float32, device=x.device) if want_db else x
+    g = math.gcd(n, x.stride(0), dy.stride(0), dx.stride(0), 16)  # DIV = g & -g: a power of two dividing all
+    common = {
+        "IS_RMS": is_rms,
+        "HAS_WEIGHT": weight is not None,
+        "WANT_DW": want_dw,
+        "WANT_DB": want_db,
+        "DIV": g & -g,
+        "BLOCK_N": int(config["BLOCK_N"]),
+        "ROWS_PER_PROGRAM": rows_per_program,
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+    w = x if weight is None else weight  # an absent weight still needs a pointer; HAS_WEIGHT keeps it unread
+    args = (x, dy, dx, w, dw_part, db_part, m, n, x.stride(0), dy.stride(0), dx.stride(0), float(eps))
+    if config["variant"] == "single":
+        _norm_bwd_single[(n_programs,)](*args, ROWS=int(config["ROWS"]), **common)
+    else:
+        _norm_bwd_looped[(n_programs,)](*args, **common)
+    if want_dw or want_db:
+        _sum_partials[(triton.cdiv(n, SUM_BLOCK_N),)](
+            dw_part,
+            db_part,
+            x if dw is None else dw,
+            x if db is None else db,
+            n_programs,
+            n,
+            WANT_DW=want_dw,
+            WANT_DB=want_db,
+            DIV=min(n & -n, 16),
+            BLOCK_G=SUM_BLOCK_G,
+            BLOCK_N=SUM_BLOCK_N,
+            num_warps=SUM_WARPS,
+        )
+
+
+def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
+    """inputs (x, dy, weight | None, want_dweight, want_dbias, eps); outputs (dx, [dweight], [dbias])."""
+    x, dy, weight, want_dw, want_db, eps = inputs
+    dx = outputs[0]
+    dw = outputs[1] if want_dw else None
+    db = outputs[1 + int(want_dw)] if want_db else None
+    launch_backward(config, x, dy, weight, eps, dx, dw, db, is_rms=False)
+
+
+def alloc_outputs(inputs: Inputs) -> Outputs:
+    x, _, weight, want_dw, want_db, _ = inputs
+    outputs = [torch.empty_like(x)]
+    if want_dw:
+        outputs.append(torch.empty_like(weight))
+    if want_db:
+        outputs.append(x.new_empty(x.shape[1]))
+    return tuple(outputs)
+
+
+def reference(inputs: Inputs) -> Outputs:
+    """torch autograd on float64 copies, cast back to the outputs' dtypes."""
+    x, dy, weight, want_dw, want_db, eps = inputs
+    x64 = x.double().requires_grad_()
+    w64 = weight.double().requires_grad_() if weight is not None else None
+    b64 = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device, requires_grad=True) if want_db else None
+    y = F.layer_norm(x64, (x.shape[1],), w64, b64, eps)
+    leaves = [x64] + ([w64] if want_dw else []) + ([b64] if want_db else [])
+    grads = torch.autograd.grad(y, leaves, dy.double())
+    dtypes = [x.dtype] + ([weight.dtype] if want_dw else []) + ([x.dtype] if want_db else [])
+    return tuple(g.to(d) for g, d in zip(grads, dtypes))
+
+
+# The baseline times torch's backward alone: its forward graph is built once per inputs and kept (one entry).
+_BASELINE_GRAPH: dict[int, tuple[Inputs, torch.Tensor, list[torch.Tensor]]] = {}
+
+
+def torch_baseline(inputs: Inputs) -> tuple[torch.Tensor, ...]:
+    """What a user runs today: torch's LayerNorm backward (autograd) in the input dtype."""
+    cached = _BASELINE_GRAPH.get(id(inputs))
+    if cached is None or cached[0] is not inputs:
+        x, _, weight, want_dw, want_db, eps = inputs
+        xr = x.detach().requires_grad_()
+        wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
+        br = torch.zeros_like(x[0]).requires_grad_() if want_db else None
+        y = F.layer_norm(xr, (x.shape[1],), wr, br, eps)
+        leaves = [xr] + ([wr] if wr is not None and want_dw else []) + ([br] if br is not None else [])
+        _BASELINE_GRAPH.clear()
+        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, y, leaves)
+    _, y, leaves = cached
+    return torch.autograd.grad(y, leaves, inputs[1], retain_graph=True)
+
+
+def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
+    rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
+
+    # An offset mean catches a kernel that forgets to subtract it; weights near 1.
+    x = (randn(rows, cols) * 2.0 + 0.5).to(dtype)
+    dy = randn(rows, cols).to(dtype)
+    weight = (1.0 + 0.1 * randn(cols)).to(dtype) if problem["weight"] else None
+    return (x, dy, weight, bool(problem["weight"]), bool(problem["bias"]), DEFAULT_EPS)
+
+
+def parse_shape(kernel: str, shape: tuple[int, ...], dtype: str) -> tuple[int, int]:
+    if len(shape) != 2:
+        raise InvalidShapeError(f"{kernel} takes a 2-D shape MxN (e.g. 4096x1024), but got {len(shape)}-D {shape}")
+    m, n = shape
+    if m < 1 or n < 1:
+        raise InvalidShapeError(f"{kernel} shape sizes must be >= 1, but got {m}x{n}")
+    if dtype not in DTYPES:
+        raise InvalidInputError(f"{kernel} dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
+    return m, n
+
+
+def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
+    m, n = parse_shape("layernorm_backward", shape, dtype)
+    return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True, "bias": True}
+
+
+INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 2049))
+GPU_SHAPES = (
+    ((16384, 1024), "float16"),
+    ((4096, 4096), "bfloat16"),
+    ((4096, 4097), "float16"),
+    ((2048, 8192), "bfloat16"),
+    ((1024, 25600), "float16"),
+    ((65536, 768), "bfloat16"),
+)
+
+
+def default_problems(device: DeviceFingerprint) -> list[Problem]:
+    # The interpreter runs every program in Python: keep its set small enough to tune in seconds.
+    if device.is_interpreter:
+        return [problem_from_shape(s, "float32") for s in INTERPRETER_SHAPES]
+    return [problem_from_shape(s, dtype) for s, dtype in GPU_SHAPES]
+
+
+# Heuristic constants. Not yet swept on a GPU: 8 elements per thread (95-110 registers by ptxas, so two 8-warp
+# programs fit an SM), whole rows up to 4096 wide, 2048-wide chunks beyond (4096 past 16 chunks), and
+# Liger-Kernel's persistent layout with a few programs per SM rather than one.
+SINGLE_MAX_BLOCK_N = 4096
+TARGET_TILE = 2048
+PER_THREAD = 8
+LOOPED_BLOCK_N = 2048
+WIDE_LOOPED_BLOCK_N = 4096
+PROGRAMS_PER_SM = 4
+INTERPRETER_PROGRAMS = 4  # few programs keep the interpreter fast; more than one exercises the partial sums
+
+
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
+    rows, cols = int(problem["rows"]), int(problem["cols"])
+    width = single_block_n(cols)
+    if width <= SINGLE_MAX_BLOCK_N:
+        variant, block_n = "single", width
+        tile_rows = min(max(1, TARGET_TILE // width), _prev_pow2(rows), 32)
+    else:
+        variant, tile_rows = "looped", 1
+        block_n = LOOPED_BLOCK_N if cols <= LOOPED_BLOCK_N * MAX_CHUNKS else WIDE_LOOPED_BLOCK_N
+    warps = min(32, max(1, tile_rows * block_n // (32 * PER_THREAD)))
+    target = PROGRAMS_PER_SM * device.sm_count if device.sm_count > 0 else INTERPRETER_PROGRAMS
+    per_program = max(tile_rows, min(next_pow2(cdiv(rows, target)), MAX_ROWS_PER_PROGRAM, _prev_pow2(rows)))
+    return {
+        "variant": variant,
+        "BLOCK_N": block_n,
+        "ROWS": tile_rows,
+        "ROWS_PER_PROGRAM": per_program,
+        "num_warps": warps,
+        "num_stages": 1,
+    }
+
+
+def bytes_moved(problem: Problem) -> int:
+    """x and dy read, dx written, the weight read and dweight/dbias written; the workspace is not counted."""
+    rows, cols = int(problem["rows"]), int(problem["cols"])
+    size = DTYPES[str(problem["dtype"])].itemsize
+    vectors = 2 * int(bool(problem["weight"])) + int(bool(problem.get("bias", False)))
+    return (3 * rows * cols + vectors * cols) * size
+
+
+def flops(problem: Problem) -> int:
+    return 12 * int(problem["rows"]) * int(problem["cols"])
+
+
+# fp32: dweight sums `rows` products whose order differs from torch's; an error of ~1e-5 on sums of O(sqrt(rows))
+# is expected. fp16/bf16: both sides round to the output dtype and may differ by one ulp (as the forward).
+TOLERANCES = {
+    "float32": Tolerance(atol=1e-3, rtol=1e-4),
+    "float16": Tolerance(atol=1e-2, rtol=1e-2),
+    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
+}
+
+SPEC = KernelSpec(
+    name="layernorm_backward",
+    description="LayerNorm backward over the last dim of a 2-D tensor: dx, dweight, dbias (stats recomputed)",
+    space=SPACE,
+    problem_fields=("rows", "cols", "dtype", "weight", "bias"),
+    launch=launch,
+    alloc_outputs=alloc_outputs,
+    reference=reference,
+    make_inputs=make_inputs,
+    problem_from_shape=problem_from_shape,
+    default_problems=default_problems,
+    heuristic=heuristic,
+    tolerances=TOLERANCES,
+    bytes_moved=bytes_moved,
+    flops=flops,
+    source_hash=source_digest([sys.modules[__name__], backward_space]),
+    shape_help="MxN, e.g. 4096x1024",
+    torch_baseline=torch_baseline,
+)

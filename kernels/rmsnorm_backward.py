@@ -1,0 +1,131 @@
+"""RMSNorm backward over the last dim of a 2-D tensor: dx and dweight from x, dy and the weight.
+
+With rstd = rsqrt(mean(x²) + eps), x̂ = x * rstd and g = dy * w:
+
+    dx = rstd * (g - x̂ * mean(g * x̂)),    dweight = Σ_rows dy * x̂
+
+It runs the LayerNorm backward kernels (kernels/layernorm_backward.py) with IS_RMS set: rstd recomputed from x in
+fp32, per-program fp32 partial dweight sums reduced by a second kernel in a fixed order (deterministic, no
+atomics), and the same search space and heuristic.
+"""
+
+from __future__ import annotations
+
+# First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
+import tunekit.backend  # noqa: F401
+
+# isort: split
+
+import sys
+from typing import TYPE_CHECKING
+
+import torch
+
+from tunekit.kernels import layernorm_backward as ln_backward
+from tunekit.kernels.layernorm_backward import (
+    GPU_SHAPES,
+    INTERPRETER_SHAPES,
+    TOLERANCES,
+    bytes_moved,
+    heuristic,
+    launch_backward,
+    parse_shape,
+)
+from tunekit.search_spaces import layernorm_backward as ln_backward_space
+from tunekit.search_spaces import rmsnorm_backward as rmsnorm_backward_space
+from tunekit.search_spaces.rmsnorm_backward import SPACE
+from tunekit.space import Config, Problem
+from tunekit.spec import Inputs, KernelSpec, Outputs, row_bucket, source_digest
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+DEFAULT_EPS = 1e-6
+
+
+def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
+    """inputs (x, dy, weight | None, want_dweight, eps); outputs (dx, [dweight])."""
+    x, dy, weight, want_dw, eps = inputs
+    launch_backward(config, x, dy, weight, eps, outputs[0], outputs[1] if want_dw else None, None, is_rms=True)
+
+
+def alloc_outputs(inputs: Inputs) -> Outputs:
+    x, _, weight, want_dw, _ = inputs
+    return (torch.empty_like(x), torch.empty_like(weight)) if want_dw else (torch.empty_like(x),)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def reference(inputs: Inputs) -> Outputs:
+    """torch autograd on float64 copies, cast back to the outputs' dtypes."""
+    x, dy, weight, want_dw, eps = inputs
+    x64 = x.double().requires_grad_()
+    w64 = weight.double().requires_grad_() if weight is not None else None
+    leaves = [x64] + ([w64] if want_dw else [])
+    grads = torch.autograd.grad(_rms_norm(x64, w64, eps), leaves, dy.double())
+    dtypes = [x.dtype] + ([weight.dtype] if want_dw else [])
+    return tuple(g.to(d) for g, d in zip(grads, dtypes))
+
+
+# The baseline times torch's backward alone: its forward graph is built once per inputs and kept (one entry).
+_BASELINE_GRAPH: dict[int, tuple[Inputs, torch.Tensor, list[torch.Tensor]]] = {}
+
+
+def torch_baseline(inputs: Inputs) -> tuple[torch.Tensor, ...]:
+    """What a user runs today: the backward of torch.nn.functional.rms_norm (autograd) in the input dtype."""
+    cached = _BASELINE_GRAPH.get(id(inputs))
+    if cached is None or cached[0] is not inputs:
+        x, _, weight, want_dw, eps = inputs
+        xr = x.detach().requires_grad_()
+        wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
+        y = torch.nn.functional.rms_norm(xr, (x.shape[1],), wr, eps)
+        leaves = [xr] + ([wr] if wr is not None and want_dw else [])
+        _BASELINE_GRAPH.clear()
+        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, y, leaves)
+    _, y, leaves = cached
+    return torch.autograd.grad(y, leaves, inputs[1], retain_graph=True)
+
+
+def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
+    x, dy, weight, want_dw, _, _ = ln_backward.make_inputs({**problem, "bias": False}, device, seed)
+    return (x, dy, weight, want_dw, DEFAULT_EPS)
+
+
+def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
+    m, n = parse_shape("rmsnorm_backward", shape, dtype)
+    return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True}
+
+
+def default_problems(device: DeviceFingerprint) -> list[Problem]:
+    # The interpreter runs every program in Python: keep its set small enough to tune in seconds.
+    if device.is_interpreter:
+        return [problem_from_shape(s, "float32") for s in INTERPRETER_SHAPES]
+    return [problem_from_shape(s, dtype) for s, dtype in GPU_SHAPES]
+
+
+def flops(problem: Problem) -> int:
+    return 9 * int(problem["rows"]) * int(problem["cols"])
+
+
+SPEC = KernelSpec(
+    name="rmsnorm_backward",
+    description="RMSNorm backward over the last dim of a 2-D tensor: dx, dweight (rstd recomputed)",
+    space=SPACE,
+    problem_fields=("rows", "cols", "dtype", "weight"),
+    launch=launch,
+    alloc_outputs=alloc_outputs,
+    reference=reference,
+    make_inputs=make_inputs,
+    problem_from_shape=problem_from_shape,
+    default_problems=default_problems,
+    heuristic=heuristic,
+    tolerances=TOLERANCES,
+    bytes_moved=bytes_moved,
+    flops=flops,
+    source_hash=source_digest([sys.modules[__name__], rmsnorm_backward_space, ln_backward, ln_backward_space]),
+    shape_help="MxN, e.g. 4096x1024",
+    torch_baseline=torch_baseline,
+)

@@ -1,0 +1,184 @@
+"""Search space of the LayerNorm and RMSNorm backward kernels (kernels/layernorm_backward.py, rmsnorm_backward.py).
+
+A backward program owns ROWS_PER_PROGRAM consecutive rows: it writes their dx and sums their dweight/dbias
+contributions into one fp32 partial row of a workspace [programs, N]; a second small kernel then adds the partial
+rows in a fixed order (deterministic, no atomics). Two variants:
+- `single`: the program walks its rows as [ROWS, BLOCK_N] tiles holding whole rows (BLOCK_N >= cols), with the
+  dweight/dbias sums kept in registers across tiles.
+- `looped`: one row at a time in BLOCK_N chunks, twice (statistics, then dx); the partial sums are read, added
+  to and written back chunk by chunk (a workspace row only its own program touches).
+
+ROWS_PER_PROGRAM trades parallelism (more programs) against workspace traffic (more partial rows to reduce).
+
+The problem is a mapping with keys rows (a power-of-two bucket), cols, dtype and flags (weight, bias); the rules
+read rows, cols and dtype only, so RMSNorm's backward shares this space.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
+
+if TYPE_CHECKING:
+    from tunekit.device import DeviceFingerprint
+
+THREADS_PER_WARP = 32
+MAX_BLOCK_N = 8192  # the register budget below allows at most 8192 elements per program
+REGISTERS_PER_BLOCK = 65536  # every NVIDIA part since sm_50; ptxas caps a thread at this / threads, and at 255
+# Register use per thread measured with ptxas for sm_90 (Triton 3.6, bf16, LayerNorm): about 50 at 4 elements
+# per thread, 95-110 at 8, 150-180 at 16 and 254 at 32, whatever the variant: ~24 + 7 per element.
+REGISTER_BASE = 24
+REGISTERS_PER_ELEMENT = 7
+MAX_PER_THREAD_SINGLE = 32
+MAX_PER_THREAD_LOOPED = 16  # a looped lane carries four Welford/co-moment accumulators besides x and dy*w
+MAX_CHUNKS = 16
+WIDE_CHUNK = 4096
+MAX_ROWS_PER_PROGRAM = 1024
+# On a GPU: at least one program per SM (unless a program holds a single tile), at most this many per SM (the
+# workspace the second kernel reads grows with the program count).
+MAX_PROGRAMS_PER_SM = 16
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def single_block_n(cols: int) -> int:
+    """The block width a single-variant program needs for a row of `cols` (16 is the space's smallest)."""
+    return max(16, next_pow2(cols))
+
+
+def programs(config: Config, problem: Problem) -> int:
+    """Programs launched for the rows bucket: each writes one partial row of the workspace."""
+    return cdiv(int(problem["rows"]), int(config["ROWS_PER_PROGRAM"]))
+
+
+def _tile(config: Config) -> int:
+    return int(config["ROWS"]) * int(config["BLOCK_N"])
+
+
+def _threads(config: Config) -> int:
+    return THREADS_PER_WARP * int(config["num_warps"])
+
+
+def _single_covers_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["variant"] != "single" or config["BLOCK_N"] == single_block_n(int(problem["cols"]))
+
+
+def _looped_needs_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["variant"] != "looped" or int(config["BLOCK_N"]) < int(problem["cols"])
+
+
+def _looped_one_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return config["variant"] != "looped" or config["ROWS"] == 1
+
+
+def _looped_few_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] != "looped":
+        return True
+    block_n = int(config["BLOCK_N"])
+    return block_n * MAX_CHUNKS >= int(problem["cols"]) or block_n >= WIDE_CHUNK
+
+
+def _whole_tiles_per_program(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["ROWS_PER_PROGRAM"]) >= int(config["ROWS"])
+
+
+def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _tile(config) >= _threads(config) or config["num_warps"] == 1
+
+
+def max_per_thread(variant: str, num_warps: int) -> int:
+    """Elements a thread may hold without spilling: 32 (single) or 16 (looped) up to 8 warps, 8 at 16, 4 at 32."""
+    budget = min(255, REGISTERS_PER_BLOCK // (THREADS_PER_WARP * num_warps))
+    fits = max(1, (budget - REGISTER_BASE) // REGISTERS_PER_ELEMENT)
+    cap = MAX_PER_THREAD_SINGLE if variant == "single" else MAX_PER_THREAD_LOOPED
+    return min(cap, 1 << (fits.bit_length() - 1))
+
+
+def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return _tile(config) <= max_per_thread(str(config["variant"]), int(config["num_warps"])) * _threads(config)
+
+
+def _rows_fit_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["ROWS_PER_PROGRAM"]) <= int(problem["rows"])
+
+
+def _fills_the_gpu(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if device.sm_count == 0 or config["ROWS_PER_PROGRAM"] == config["ROWS"]:  # 0: the interpreter
+        return True
+    return programs(config, problem) >= device.sm_count
+
+
+def _workspace_small(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if device.sm_count == 0 or config["ROWS_PER_PROGRAM"] == MAX_ROWS_PER_PROGRAM:
+        return True
+    return programs(config, problem) <= MAX_PROGRAMS_PER_SM * device.sm_count
+
+
+SPACE = SearchSpace(
+    params=(
+        Choice("variant", ("single", "looped")),
+        PowerOfTwo("BLOCK_N", 16, MAX_BLOCK_N),
+        PowerOfTwo("ROWS", 1, 32),
+        PowerOfTwo("ROWS_PER_PROGRAM", 1, MAX_ROWS_PER_PROGRAM),
+        PowerOfTwo("num_warps", 1, 32),
+        # Triton 3.6 pipelines neither kernel's loads: num_stages 1, 2 and 4 compile to identical PTX (checked for
+        # sm_90), so only 1 is searched. Widen this if a Triton release starts pipelining plain loads.
+        PowerOfTwo("num_stages", 1, 1),
+    ),
+    rules=(
+        Rule(
+            "single_block_covers_row",
+            _single_covers_row,
+            why="single keeps whole rows in one block: BLOCK_N must be max(16, next_pow2(cols)), no more",
+        ),
+        Rule(
+            "looped_block_narrower_than_row",
+            _looped_needs_chunks,
+            why="one chunk is the single variant reading x and dy twice",
+        ),
+        Rule("looped_one_row_per_tile", _looped_one_row, why="the looped variant walks one row at a time"),
+        Rule(
+            "looped_chunks_not_tiny",
+            _looped_few_chunks,
+            why="at most 16 chunks unless chunks are 4096+ wide: many narrow chunks are latency-bound",
+        ),
+        Rule(
+            "whole_tiles_per_program",
+            _whole_tiles_per_program,
+            why="a program walks its ROWS_PER_PROGRAM rows ROWS at a time: ROWS_PER_PROGRAM >= ROWS",
+        ),
+        Rule(
+            "at_least_one_element_per_thread",
+            _every_thread_busy,
+            why="ROWS*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny rows)",
+        ),
+        Rule(
+            "registers_do_not_spill",
+            _no_spill,
+            why="a thread holds ~24 + 7 registers per element within min(255, 65536 / threads): at most 32 elements "
+            "per thread up to 8 warps, 8 at 16 warps, 4 at 32 (looped: at most 16, it keeps four accumulators)",
+        ),
+        Rule(
+            "rows_per_program_within_problem",
+            _rows_fit_problem,
+            why="ROWS_PER_PROGRAM > rows only adds masked-off rows",
+        ),
+        Rule(
+            "programs_fill_the_gpu",
+            _fills_the_gpu,
+            why="fewer programs than SMs leaves SMs idle (allowed when a program is one tile: it cannot be split)",
+        ),
+        Rule(
+            "workspace_at_most_16_rows_per_sm",
+            _workspace_small,
+            why="every program adds a partial row for the second kernel to read; beyond 16 per SM use longer runs",
+        ),
+    ),
+)
