@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fingerprints import H200
 
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.dispatch import dispatcher
@@ -30,18 +31,6 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SIZES = ((1, 1, 1), (7, 13, 5), (33, 17, 65), (64, 48, 32), (100, 3, 16))  # (M, N, K)
 LAYOUTS = tuple(itertools.product(("row", "col"), repeat=2))
 
-H200 = DeviceFingerprint(
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
-    triton_version="3.6.0",
-    torch_version="x",
-    cuda_version="13.0",
-)
 A10 = DeviceFingerprint(
     vendor="nvidia",
     name="NVIDIA A10",

@@ -7,11 +7,11 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import dataclasses
 import math
 
 import pytest
 import torch
+from fingerprints import H200
 
 from tunekit.device import fingerprint
 from tunekit.errors import InvalidInputError, InvalidShapeError
@@ -20,17 +20,6 @@ from tunekit.search_spaces.layernorm import SPACE, next_pow2, single_block_n
 from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
-# A GPU fingerprint for the rules and the heuristic (neither launches anything on it).
-H200 = dataclasses.replace(
-    INTERP,
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
-)
 DEVICES = (INTERP, H200)
 CPU = torch.device("cpu")
 AFFINE = [(True, True), (False, False), (True, False), (False, True)]

@@ -11,8 +11,9 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from fingerprints import H200
 
-from tunekit.device import DeviceFingerprint, fingerprint
+from tunekit.device import fingerprint
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import pointwise as pw
@@ -35,18 +36,6 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
 }
 
-H200 = DeviceFingerprint(
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
-    triton_version="3.6.0",
-    torch_version="2.11.0",
-    cuda_version="13.0",
-)
 
 
 def reference64(

@@ -8,12 +8,12 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from fingerprints import H200
 
 import tunekit.ops.normalization as norm_ops
 from tunekit.device import fingerprint
@@ -24,16 +24,6 @@ from tunekit.kernels import rmsnorm_backward as rmsb
 from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
-H200 = dataclasses.replace(
-    INTERP,
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
-)
 DEVICES = (INTERP, H200)
 CPU = torch.device("cpu")
 SHAPES = [(1, 1), (3, 7), (5, 1023), (2, 4097)]

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from fingerprints import H200
 
 from tunekit.device import INTERPRETER_VENDOR, fingerprint
 from tunekit.dispatch import dispatcher
@@ -34,16 +35,6 @@ HERE = fingerprint()  # where the tests launch kernels: the interpreter, or a GP
 # Fingerprints for the rules and the heuristic (nothing is launched on them).
 INTERP = dataclasses.replace(
     HERE, vendor=INTERPRETER_VENDOR, name="cpu", compute_capability="none", sm_count=0, smem_per_block=0
-)
-H200 = dataclasses.replace(
-    HERE,
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
 )
 DEV = tunekit.backend.torch_device()
 DTYPE_LIST = [torch.float16, torch.bfloat16, torch.float32]

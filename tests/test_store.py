@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from fingerprints import H200
 
 from tunekit.cache_key import CacheKey
 from tunekit.device import DeviceFingerprint, fingerprint
@@ -13,7 +14,6 @@ from tunekit.errors import CacheError
 from tunekit.store import Store
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
-H200 = DeviceFingerprint("nvidia", "NVIDIA H200", "9.0", 132, 232448, 62914560, 65536, "3.6.0", "2.11", "13.0")
 
 
 def make_entry(device: DeviceFingerprint, time_ms: float, block: int = 16, problem=PROBLEM) -> Entry:

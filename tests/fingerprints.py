@@ -1,0 +1,34 @@
+"""Device fingerprints for testing rules and heuristics on hardware the tests do not run on.
+
+H200: the fields `tunekit devices` printed on the H200 device machine (Triton 3.6.0, torch 2.11 cu130).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tunekit.device import INTERPRETER_VENDOR, DeviceFingerprint
+
+H200 = DeviceFingerprint(
+    vendor="nvidia",
+    name="NVIDIA H200",
+    compute_capability="9.0",
+    sm_count=132,
+    smem_per_block=232448,
+    l2_bytes=62914560,
+    regs_per_sm=65536,
+    triton_version="3.6.0",
+    torch_version="2.11.0+cu130",
+    cuda_version="13.0",
+)
+INTERPRETER = dataclasses.replace(
+    H200,
+    vendor=INTERPRETER_VENDOR,
+    name="cpu",
+    compute_capability="none",
+    sm_count=0,
+    smem_per_block=0,
+    l2_bytes=0,
+    regs_per_sm=0,
+    cuda_version="none",
+)
