@@ -2,11 +2,21 @@
 
 Its launch is plain torch. Planted behaviour: variant "wrong" computes a wrong answer; BLOCK=64 with
 variant "b" fails like a kernel that runs out of shared memory.
+
+Fatal faults, for the isolation tests only (they would take a test process down with them): the environment
+variable TOY_FAULTS maps "BLOCK/variant/num_warps" to a fault the launch of that config commits:
+"hang" (never returns), "exit" (the process exits), "segfault" (SIGSEGV), "poison" (like an illegal memory
+access: raises, and every later launch in this process raises too, as a corrupted CUDA context does),
+"bug" (raises ValueError: not a known kernel failure).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sys
+import time
 
 import torch
 from triton.runtime.errors import OutOfResources
@@ -22,7 +32,32 @@ SPACE = SearchSpace(
 )
 
 
+_POISONED: list[bool] = []
+_ILLEGAL = "CUDA error: an illegal memory access was encountered"
+
+
+def _commit_fault(config: Config) -> None:
+    if _POISONED:
+        raise RuntimeError(_ILLEGAL)
+    faults = os.environ.get("TOY_FAULTS")
+    if not faults:
+        return
+    fault = json.loads(faults).get(f"{config['BLOCK']}/{config['variant']}/{config['num_warps']}")
+    if fault == "hang":
+        time.sleep(3600)
+    elif fault == "exit":
+        os._exit(3)
+    elif fault == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif fault == "bug":
+        raise ValueError("planted bug")
+    elif fault == "poison":
+        _POISONED.append(True)
+        raise RuntimeError(_ILLEGAL)
+
+
 def launch(config: Config, inputs: tuple, outputs: tuple) -> None:
+    _commit_fault(config)
     (x,), (y,) = inputs, outputs
     if config["BLOCK"] == 64 and config["variant"] == "b":
         raise OutOfResources(300000, 232448, "shared memory")

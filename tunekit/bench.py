@@ -5,10 +5,12 @@ The tuner passes the config too, so tests can plant timings with a fake timer (a
 
 from __future__ import annotations
 
+import importlib
+import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from tunekit import backend
 from tunekit.space import Config
@@ -55,3 +57,33 @@ class WallClockTimer:
 
 def default_timer() -> Timer:
     return WallClockTimer() if backend.INTERPRETED else CudaEventTimer()
+
+
+def is_builtin_timer(timer: object) -> bool:
+    """A real timer of this module (the tuner isolates these by default; custom/fake timers run in-process)."""
+    return isinstance(timer, (CudaEventTimer, WallClockTimer))
+
+
+def timer_to_json(timer: object) -> dict[str, Any] | None:
+    """How a timer crosses into the isolated worker: its class's import path and its JSON attributes.
+
+    None when it cannot (a local class, a closure, or state that is not JSON): such a timer runs in-process only.
+    """
+    cls = type(timer)
+    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+        return None
+    try:
+        state = json.loads(json.dumps(vars(timer), allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+    return {"class": f"{cls.__module__}:{cls.__qualname__}", "state": state}
+
+
+def timer_from_json(data: dict[str, Any]) -> Timer:
+    module_name, _, qualname = str(data["class"]).partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    timer: Timer = obj.__new__(obj)
+    vars(timer).update(data["state"])
+    return timer

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.cache_key import SCHEMA_VERSION, CacheKey
+from tunekit.device import fingerprint
 from tunekit.entry import TRIAL_STATUSES, Entry
 from tunekit.errors import DatabaseError, TunekitError
 from tunekit.registry import get_spec, kernel_names
+from tunekit.spec import KernelSpec
 from tunekit.store import Store
 
 logger = logging.getLogger("tunekit")
@@ -52,15 +54,58 @@ def _require(cond: bool, where: str, rule: str) -> None:
         raise DatabaseError(f"{where}: {rule}")
 
 
+def _show(value: Any) -> str:
+    """A bad value for a one-line message: repr, cut short (a hostile file may hold megabytes in one field)."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _validate_time(value: Any, where: str) -> None:
     _require(
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 < value < _MAX_TIME_MS,
+        _is_number(value) and 0 < value < _MAX_TIME_MS,
         where,
-        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {value!r}",
+        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {_show(value)}",
     )
+
+
+def _is_json_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, bool)) or _is_number(value)
+
+
+def _validate_flat(obj: dict[str, Any], where: str, name: str) -> None:
+    """device and provenance are flat records of JSON scalars (shown by `tunekit show`, never interpreted)."""
+    for field_name, value in obj.items():
+        _require(
+            _is_json_scalar(value) and not (isinstance(value, str) and len(value) > 1000),
+            where,
+            f"{name} values must be strings, numbers, bools or null, but {name}.{field_name} is {_show(value)}",
+        )
+    if name == "device":
+        _require(
+            isinstance(obj.get("name", ""), str), where, f"device.name must be a string, got {_show(obj.get('name'))}"
+        )
+
+
+_PROBLEM_TYPES: dict[str, dict[str, type]] = {}
+
+
+def _problem_types(spec: KernelSpec) -> dict[str, type]:
+    """The type of each problem field, as the spec's own default problems use it (where they all agree)."""
+    types = _PROBLEM_TYPES.get(spec.name)
+    if types is None:
+        seen: dict[str, set[type]] = {}
+        for problem in spec.default_problems(fingerprint()):
+            for name, value in problem.items():
+                seen.setdefault(name, set()).add(type(value))
+        types = _PROBLEM_TYPES[spec.name] = {n: next(iter(t)) for n, t in seen.items() if len(t) == 1}
+    return types
+
+
+_TYPE_NAMES = {int: "an int", str: "a string", bool: "a bool"}
 
 
 def validate_entry(data: Any, index: int) -> Entry:
@@ -70,11 +115,19 @@ def validate_entry(data: Any, index: int) -> Entry:
     for name in ("key", "best", "device", "provenance"):
         _require(isinstance(data.get(name), dict), where, f"field {name!r} must be an object")
     key = data["key"]
+    schema = key.get("schema")
     _require(
-        key.get("schema") == SCHEMA_VERSION, where, f"key schema must be {SCHEMA_VERSION}, got {key.get('schema')!r}"
+        type(schema) is int and schema == SCHEMA_VERSION,
+        where,
+        f"key schema must be {SCHEMA_VERSION}, got {_show(schema)}",
     )
     kernel = key.get("kernel")
-    _require(kernel in kernel_names(), where, f"unknown kernel {kernel!r}. Available: {kernel_names()}")
+    _require(
+        isinstance(kernel, str) and kernel in kernel_names(),
+        where,
+        f"unknown kernel {_show(kernel)}. Available: {kernel_names()}",
+    )
+    assert isinstance(kernel, str)
     for name in ("source_hash", "device_key"):
         _require(
             isinstance(key.get(name), str) and 0 < len(key[name]) <= 64, where, f"key.{name} must be a short string"
@@ -86,12 +139,21 @@ def validate_entry(data: Any, index: int) -> Entry:
         where,
         f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
     )
+    types = _problem_types(spec)
     for field_name, value in problem.items():
         _require(
             isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
             where,
-            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {value!r}",
+            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {_show(value)}",
         )
+        want = types.get(field_name)
+        _require(
+            want is None or type(value) is want,
+            where,
+            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {_show(value)}",
+        )
+    _validate_flat(data["device"], where, "device")
+    _validate_flat(data["provenance"], where, "provenance")
     try:
         spec.space.check_membership(data["best"].get("config"))
     except TunekitError as exc:
@@ -112,6 +174,13 @@ def validate_entry(data: Any, index: int) -> Entry:
             raise DatabaseError(f"{twhere}: config outside the {kernel} space: {exc}") from None
         if trial["status"] == "ok":
             _validate_time(trial.get("time_ms"), twhere)
+        else:
+            t = trial.get("time_ms")
+            _require(t is None or _is_number(t), twhere, f"time_ms must be a number or null, but got {_show(t)}")
+        error = trial.get("error")
+        _require(
+            error is None or isinstance(error, str), twhere, f"error must be a string or null, but got {_show(error)}"
+        )
     try:
         return Entry.from_json(data)
     except (KeyError, TypeError, ValueError) as exc:
@@ -125,38 +194,40 @@ def read_document(path: Path) -> list[Entry]:
     except (OSError, UnicodeDecodeError) as exc:
         raise DatabaseError(f"cannot read {path}: {exc}") from exc
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_constant=_reject_constant)
     except ValueError as exc:
         raise DatabaseError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DatabaseError(f"{path} is not a {FORMAT} document: nested too deeply") from None
     _require(isinstance(doc, dict) and doc.get("format") == FORMAT, str(path), f"not a {FORMAT} document")
     _require(
-        doc.get("schema") == SCHEMA_VERSION,
+        type(doc.get("schema")) is int and doc.get("schema") == SCHEMA_VERSION,
         str(path),
-        f"schema must be {SCHEMA_VERSION}, but got {doc.get('schema')!r}",
+        f"schema must be {SCHEMA_VERSION}, but got {_show(doc.get('schema'))}",
     )
     entries = doc.get("entries")
     _require(isinstance(entries, list), str(path), "'entries' must be a list")
     return [validate_entry(item, i) for i, item in enumerate(entries)]
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (times and values must be finite numbers)")
+
+
 def import_document(store: Store, path: Path) -> tuple[int, int]:
-    """Validated merge: all entries are checked before the first write. Returns (entries read, entries changed)."""
+    """Validated merge: all entries are checked before the first write, and all are written in one transaction
+    (a failure part-way leaves the store as it was). Returns (entries read, entries changed)."""
     entries = read_document(path)
-    changed = 0
-    for entry in entries:
-        before = store.get(entry.key)
-        stamped = Entry(
-            entry.key,
-            entry.config,
-            entry.time_ms,
-            entry.device,
-            {**entry.provenance, "imported_from": path.name},
-            entry.trials,
-        )
-        after = store.put(stamped)
-        if before is None or after.config != before.config or after.time_ms != before.time_ms:
-            changed += 1
-    return len(entries), changed
+    with store.transaction():
+        return len(entries), sum(_import_one(store, entry, path) for entry in entries)
+
+
+def _import_one(store: Store, entry: Entry, path: Path) -> int:
+    """Merge one validated entry; 1 when it added or improved the stored entry."""
+    before = store.get(entry.key)
+    provenance = {**entry.provenance, "imported_from": path.name}
+    after = store.put(Entry(entry.key, entry.config, entry.time_ms, entry.device, provenance, entry.trials))
+    return int(before is None or after.config != before.config or after.time_ms != before.time_ms)
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,6 +3,10 @@
 Per candidate: constraint check (pruned before compiling) -> already measured? (answered from the record)
 -> correctness on fresh random inputs with NaN-poisoned outputs -> timing. Known kernel failures (compile
 errors, out of resources, interpreter errors) become recorded data and are never retried.
+
+With isolation (the default on a GPU) candidates run in a worker subprocess (tunekit.isolation): a candidate that
+hangs past `candidate_timeout_s`, kills its process or corrupts the CUDA context is one more `failed` record,
+and the run goes on with a fresh worker.
 """
 
 from __future__ import annotations
@@ -13,36 +17,30 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from tunekit import __version__, backend
-from tunekit.bench import Timer, default_timer
+from tunekit.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.cache_key import CacheKey
 from tunekit.canonical import digest
 from tunekit.device import DeviceFingerprint
 from tunekit.entry import Entry, TrialRecord
-from tunekit.errors import TunekitError
+from tunekit.errors import InvalidConfigError, TunekitError
 from tunekit.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.space import Config, Problem, Value, config_id
 from tunekit.spec import KernelSpec
-from tunekit.verify import verify_config
+from tunekit.verify import KNOWN_KERNEL_FAILURES, failure, measure
+
+if TYPE_CHECKING:
+    from tunekit.isolation import IsolatedBench
 
 logger = logging.getLogger("tunekit")
 
-# Only these score a config as failed; anything else is a bug and propagates.
-KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
-    CompilationError,
-    OutOfResources,
-    PTXASError,
-    InterpreterError,
-    RuntimeError,  # CUDA launch errors and torch errors raised inside a launch
-)
+__all__ = ["KNOWN_KERNEL_FAILURES", "TuneOptions", "TuneReport", "tune"]
 _TUNEKIT_ATTR = "tunekit"
 _MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
 VERSION = __version__
@@ -56,12 +54,19 @@ class TuneOptions:
     storage: str | None = None
     seed: int = 0
     remeasure_top: int = 3
+    # Benchmark in a worker subprocess. None: on for a GPU with a built-in timer, off in the interpreter (a worker
+    # costs seconds to start) and for custom timers; True forces it (any timer tunekit.bench.timer_to_json takes).
+    isolate: bool | None = None
+    # Isolated only: seconds a candidate may take (compile, verify, time) before its worker is killed.
+    candidate_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise TunekitError(f"trials must be >= 1, but got {self.trials}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise TunekitError(f"timeout must be > 0 seconds, but got {self.timeout_s}")
+        if not self.candidate_timeout_s > 0:
+            raise TunekitError(f"candidate timeout must be > 0 seconds, but got {self.candidate_timeout_s}")
 
 
 @dataclass
@@ -73,6 +78,9 @@ class TuneReport:
     elapsed_s: float = 0.0
     stop_reason: str = ""
     records: list[TrialRecord] = field(default_factory=list)
+    isolated: bool = False
+    restarts: int = 0  # isolated workers replaced after a hang, a crash or a corrupted device context
+    warm_started: int = 0  # configs of related entries (another source or device) tried early
 
 
 def study_name(key: CacheKey) -> str:
@@ -117,11 +125,13 @@ def tune(
     previous: Entry | None = None,
     on_trial: Callable[[TrialRecord, int], None] | None = None,
     checkpoint: Callable[[Entry], object] | None = None,
+    warm_start: Iterable[Entry] = (),
 ) -> TuneReport:
     """Search `spec`'s space for `problem` on `device`.
 
     `previous` (a cached entry) supplies trials already measured; `checkpoint` receives the entry so far after
-    every new measurement (the CLI stores it).
+    every new measurement (the CLI stores it); `warm_start` entries (the same problem tuned for another kernel
+    source or device, `Store.related`) have their best configs measured early, right after the heuristic.
     """
     options = options or TuneOptions()
     timer = timer or default_timer()
@@ -130,6 +140,7 @@ def tune(
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
+    timer_json = _isolation(options, timer)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -146,71 +157,96 @@ def tune(
     # The heuristic default goes first, so a tuned result is never worse than the untuned one.
     heuristic = dict(spec.heuristic(problem, device))
     queue = [heuristic] if heuristic not in seen else []
+    warm = _warm_configs(spec, problem, device, warm_start, seen, queue)
+    queue += warm
+    report = TuneReport(entry=None, warm_started=len(warm))  # type: ignore[arg-type]  # filled below
     if options.sampler == "exhaustive":
-        queue += [c for c in unseen if c != heuristic]
+        queued = {config_id(c) for c in queue}
+        queue += [c for c in unseen if config_id(c) not in queued]
     for config in queue:
         study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
 
-    report = TuneReport(entry=None)  # type: ignore[arg-type]  # filled below
-    torch_device = backend.torch_device()
-    bench_inputs = spec.make_inputs(problem, torch_device, options.seed)
-    bench_outputs = spec.alloc_outputs(bench_inputs)
     idle = 0
     n_valid = len(valid)
+    measure_one: Callable[[Config], TrialRecord]
+    retime: Callable[[Config], TrialRecord]
+    bench: IsolatedBench | None = None
+    if timer_json is not None:
+        from tunekit.isolation import IsolatedBench
 
-    def measure(config: dict[str, Value]) -> TrialRecord:
-        try:
-            wrong = verify_config(spec, config, problem, torch_device, seed=rng.randrange(2**31))
-            if wrong is not None:
-                return TrialRecord(config, "wrong", error=wrong)
-            ms = timer(lambda: spec.launch(config, bench_inputs, bench_outputs), config)
-        except KNOWN_KERNEL_FAILURES as exc:
-            return TrialRecord(config, "failed", error=f"{exc.__class__.__name__}: {str(exc)[:300]}")
-        return TrialRecord(config, "ok", time_ms=float(ms))
+        bench = IsolatedBench(spec, problem, options.seed, timer_json, options.candidate_timeout_s)
+        report.isolated = True
+        isolated = bench
 
-    while True:
-        if report.benchmarked >= options.trials:
-            report.stop_reason = "trial budget"
-            break
-        if options.timeout_s is not None and time.monotonic() - start >= options.timeout_s:
-            report.stop_reason = "time budget"
-            break
-        if sum(1 for c in valid if c in seen) >= n_valid:
-            report.stop_reason = "space exhausted"
-            break
-        if idle >= _MAX_IDLE_ASKS:
-            # The sampler keeps proposing invalid or measured configs: hand it an unseen valid one.
-            fresh = next(c for c in unseen if c not in seen)
-            study.enqueue_trial(spec.space.encode(fresh))
-            idle = 0
-        trial = study.ask()
-        config = spec.space.suggest(trial)
-        if not spec.space.is_valid(config, problem, device):
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            report.pruned += 1
-            idle += 1
-            continue
-        if config in seen:
-            record = seen.get(config)
-            report.reused += 1
-            idle += 1
-        else:
-            record = measure(config)
-            seen.add(record)
-            report.benchmarked += 1
-            report.records.append(record)
-            idle = 0
-            if on_trial is not None:
-                on_trial(record, report.benchmarked)
-            ok = seen.ok()
-            if checkpoint is not None and ok:
-                # Saved after every measurement: a killed run loses at most the trial in flight.
-                checkpoint(_entry(key, ok[0], device, options, timer, seen))
-        trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
-        # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
-        study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
+        def measure_one(config: Config) -> TrialRecord:
+            return isolated.measure(config, rng.randrange(2**31))
 
-    best = _confirm_best(seen, options.remeasure_top, timer, spec, bench_inputs, bench_outputs)
+        retime = isolated.retime
+    else:
+        torch_device = backend.torch_device()
+        inputs = spec.make_inputs(problem, torch_device, options.seed)
+        outputs = spec.alloc_outputs(inputs)
+        in_process_timer = timer
+
+        def measure_one(config: Config) -> TrialRecord:
+            seed = rng.randrange(2**31)
+            return measure(spec, config, problem, torch_device, inputs, outputs, in_process_timer, seed)
+
+        def retime(config: Config) -> TrialRecord:
+            try:
+                ms = in_process_timer(functools.partial(spec.launch, config, inputs, outputs), config)
+            except KNOWN_KERNEL_FAILURES as exc:
+                return failure(config, exc)
+            return TrialRecord(dict(config), "ok", time_ms=float(ms))
+
+    try:
+        while True:
+            if report.benchmarked >= options.trials:
+                report.stop_reason = "trial budget"
+                break
+            if options.timeout_s is not None and time.monotonic() - start >= options.timeout_s:
+                report.stop_reason = "time budget"
+                break
+            if sum(1 for c in valid if c in seen) >= n_valid:
+                report.stop_reason = "space exhausted"
+                break
+            if idle >= _MAX_IDLE_ASKS:
+                # The sampler keeps proposing invalid or measured configs: hand it an unseen valid one.
+                fresh = next(c for c in unseen if c not in seen)
+                study.enqueue_trial(spec.space.encode(fresh))
+                idle = 0
+            trial = study.ask()
+            config = spec.space.suggest(trial)
+            if not spec.space.is_valid(config, problem, device):
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                report.pruned += 1
+                idle += 1
+                continue
+            if config in seen:
+                record = seen.get(config)
+                report.reused += 1
+                idle += 1
+            else:
+                record = measure_one(config)
+                seen.add(record)
+                report.benchmarked += 1
+                report.records.append(record)
+                idle = 0
+                if on_trial is not None:
+                    on_trial(record, report.benchmarked)
+                ok = seen.ok()
+                if checkpoint is not None and ok:
+                    # Saved after every measurement: a killed run loses at most the trial in flight.
+                    checkpoint(_entry(key, ok[0], device, options, timer, seen))
+            trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
+            # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
+            study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
+
+        best = _confirm_best(seen, options.remeasure_top, retime)
+    finally:
+        if bench is not None:
+            bench.close()
+            report.restarts = bench.restarts
     if best is None:
         raise TunekitError(
             f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
@@ -218,6 +254,43 @@ def tune(
     report.elapsed_s = time.monotonic() - start
     report.entry = _entry(key, best, device, options, timer, seen)
     return report
+
+
+def _isolation(options: TuneOptions, timer: Timer) -> dict[str, Any] | None:
+    """The timer as the worker rebuilds it when this run is isolated, else None (measure in this process)."""
+    if options.isolate is False:
+        return None
+    if options.isolate is None and (backend.INTERPRETED or not is_builtin_timer(timer)):
+        return None
+    described = timer_to_json(timer)
+    if described is None:
+        raise TunekitError(
+            f"isolate=True needs a timer the worker process can rebuild (a module-level class with JSON "
+            f"attributes), but got {type(timer).__qualname__}; use isolate=False for this timer"
+        )
+    return described
+
+
+def _warm_configs(
+    spec: KernelSpec,
+    problem: Problem,
+    device: DeviceFingerprint,
+    entries: Iterable[Entry],
+    seen: _Candidates,
+    queued: list[dict[str, Value]],
+) -> list[dict[str, Value]]:
+    """Best configs of related entries that are still members of the space, valid here and not yet measured."""
+    picked: list[dict[str, Value]] = []
+    for entry in entries:
+        try:
+            config = spec.space.check_membership(entry.config)
+        except InvalidConfigError:
+            continue  # the space changed since: not a config of this kernel any more
+        if config in seen or config in queued or config in picked:
+            continue
+        if spec.space.is_valid(config, problem, device):
+            picked.append(config)
+    return picked
 
 
 def _entry(
@@ -240,19 +313,26 @@ def _entry(
     )
 
 
-def _confirm_best(
-    seen: _Candidates, top: int, timer: Timer, spec: KernelSpec, inputs: tuple[Any, ...], outputs: tuple[Any, ...]
-) -> TrialRecord | None:
-    """Re-measure the few fastest before declaring a winner: one lucky sample must not win."""
+def _confirm_best(seen: _Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:
+    """Re-measure the few fastest before declaring a winner: one lucky sample must not win.
+
+    A contender that fails when measured again is recorded as failed and the next fastest takes its place.
+    """
     ok = seen.ok()
     if not ok:
         return None
-    contenders = ok[: max(1, top)]
-    if len(contenders) == 1:
-        return contenders[0]
-    timed = []
-    for record in contenders:
-        again = timer(functools.partial(spec.launch, record.config, inputs, outputs), record.config)
-        timed.append((min(again, record.time_ms or again), record))
+    if len(ok) == 1 or top <= 1:
+        return ok[0]
+    timed: list[tuple[float, TrialRecord]] = []
+    for record in ok:
+        if len(timed) >= top:
+            break
+        again = retime(record.config)
+        if again.status != "ok" or again.time_ms is None:
+            seen.add(TrialRecord(record.config, "failed", error=f"failed when measured again: {again.error}"))
+            continue
+        timed.append((min(again.time_ms, record.time_ms or again.time_ms), record))
+    if not timed:
+        return None
     best_time, best = min(timed, key=lambda t: t[0])
     return TrialRecord(best.config, "ok", time_ms=best_time)

@@ -1,11 +1,31 @@
-"""Correctness check of one candidate: fresh random inputs, NaN-poisoned outputs, compare to the reference."""
+"""One candidate, checked then timed: fresh random inputs, NaN-poisoned outputs, compare to the reference.
+
+`measure` is the whole per-candidate step, shared by the in-process tuner and the isolated worker
+(tunekit.isolation), so both record exactly the same outcomes.
+"""
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
+import torch
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
+
+from tunekit.bench import Timer
+from tunekit.entry import TrialRecord
 from tunekit.space import Config, Problem
 from tunekit.spec import DTYPE_NAMES, KernelSpec
+
+# Only these score a config as failed; anything else is a bug and propagates.
+KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
+    CompilationError,
+    OutOfResources,
+    PTXASError,
+    InterpreterError,
+    RuntimeError,  # CUDA launch errors and torch errors raised inside a launch
+)
+_MAX_ERROR_CHARS = 300
 
 
 def poison(out: torch.Tensor) -> None:
@@ -46,3 +66,31 @@ def verify_config(spec: KernelSpec, config: Config, problem: Problem, device: to
         poison(out)
     spec.launch(config, inputs, outputs)
     return check_outputs(spec, outputs, spec.reference(inputs))
+
+
+def failure(config: Config, exc: BaseException) -> TrialRecord:
+    return TrialRecord(dict(config), "failed", error=f"{exc.__class__.__name__}: {str(exc)[:_MAX_ERROR_CHARS]}")
+
+
+def measure(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    device: torch.device,
+    inputs: tuple[Any, ...],
+    outputs: tuple[Any, ...],
+    timer: Timer,
+    verify_seed: int,
+) -> TrialRecord:
+    """Verify on fresh inputs (seeded `verify_seed`), then time on the shared bench inputs/outputs.
+
+    Known kernel failures become a `failed` record; a wrong answer a `wrong` one (never timed).
+    """
+    try:
+        wrong = verify_config(spec, config, problem, device, seed=verify_seed)
+        if wrong is not None:
+            return TrialRecord(dict(config), "wrong", error=wrong)
+        ms = timer(lambda: spec.launch(config, inputs, outputs), config)
+    except KNOWN_KERNEL_FAILURES as exc:
+        return failure(config, exc)
+    return TrialRecord(dict(config), "ok", time_ms=float(ms))

@@ -1,0 +1,235 @@
+"""Importing hostile tuning databases (hypothesis): a clear DatabaseError and an untouched store, or a clean import.
+
+Documents start valid and are then damaged anywhere: wrong types, huge or non-finite numbers, deep nesting, unknown
+kernels, configs outside the space, junk bytes. Whatever happens, no other exception escapes, a refused file
+writes nothing, and an accepted one leaves only entries that validate again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_database import toy_entry
+
+from tunekit.database import document, import_document, validate_entry
+from tunekit.device import fingerprint
+from tunekit.errors import DatabaseError, TunekitError
+from tunekit.store import Store
+
+FUZZ = settings(
+    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.sampled_from([0, -1, 2**31, 2**40, 2**63, 10**30, 3])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 5e-324])
+    | st.text(max_size=12)
+    | st.sampled_from(["toy", "nope", "float32", "a", "b", "wrong", "ok", "failed", "x" * 100])
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=16,
+)
+# steps that walk into a tunekit-db document: dict keys it has, and list indices
+steps = st.sampled_from(
+    ["entries", 0, 1, "key", "best", "config", "problem", "trials", "time_ms", "status", "kernel", "schema",
+     "BLOCK", "variant", "num_warps", "rows", "cols", "dtype", "device", "provenance", "format", "source_hash",
+     "device_key", "error", "name"]
+)  # fmt: skip
+
+
+# most damage goes inside an entry, where validation has the most to check
+paths = st.lists(steps, max_size=3) | st.builds(
+    lambda i, part, rest: ["entries", i, part, *rest],
+    st.sampled_from([0, 1]),
+    st.sampled_from(["key", "best", "trials", "device", "provenance"]),
+    st.lists(steps, max_size=3),
+)
+
+
+def _valid_document(toy) -> dict:
+    return document([toy_entry(toy, fingerprint(), 0.5, rows=16), toy_entry(toy, fingerprint(), 1.0, rows=8)])
+
+
+def _splice(doc: object, path: list, value: object, delete: bool) -> object:
+    """doc with the node at `path` (as far as it exists) replaced by `value`, or deleted."""
+    if not path:
+        return value
+    node = doc
+    for step in path[:-1]:
+        in_dict = isinstance(node, dict) and step in node and isinstance(node[step], (dict, list))
+        in_list = isinstance(node, list) and isinstance(step, int) and step < len(node)
+        if not (in_dict or in_list):
+            break
+        node = node[step]
+    last = path[-1]
+    if isinstance(node, dict):
+        if delete:
+            node.pop(last, None)
+        else:
+            node[last if isinstance(last, str) else str(last)] = value
+    elif isinstance(node, list) and node:
+        index = last % len(node) if isinstance(last, int) else 0
+        if delete:
+            node.pop(index)
+        else:
+            node[index] = value
+    return doc
+
+
+def _snapshot(store: Store) -> list:
+    return sorted(json.dumps(e.to_json(), sort_keys=True) for e in store.entries())
+
+
+def _check_import(toy, tmp_path, text: str | bytes) -> None:
+    path = tmp_path / "db.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", errors="surrogatepass"))
+    with Store(tmp_path / "store") as store:
+        store.put(toy_entry(toy, fingerprint(), 2.0, block=4, rows=8))  # something to keep
+        before = _snapshot(store)
+        try:
+            import_document(store, path)
+        except DatabaseError as exc:
+            message = str(exc)
+            assert message and "\n" not in message and len(message) < 2000
+            assert _snapshot(store) == before  # refused: nothing written
+            return
+        for i, entry in enumerate(store.entries()):  # accepted: everything stored validates again
+            validate_entry(json.loads(json.dumps(entry.to_json())), i)
+            assert toy.space.check_membership(entry.config) == entry.config
+
+
+@FUZZ
+@given(path=paths, value=json_values, delete=st.booleans())
+def test_damaged_documents_are_refused_cleanly_or_imported_cleanly(toy, tmp_path_factory, path, value, delete):
+    doc = _splice(_valid_document(toy), path, value, delete)
+    try:
+        text = json.dumps(doc)
+    except (ValueError, TypeError):
+        assume(False)
+    _check_import(toy, tmp_path_factory.mktemp("fuzz"), text)
+
+
+config_values = st.sampled_from([1, 2, 3, 8, 64, 128, 2**40, -4, 0, True, "a", "b", "wrong", "c", "8", None, 8.0])
+
+
+@FUZZ
+@given(
+    config=st.dictionaries(st.sampled_from(["BLOCK", "variant", "num_warps", "extra"]), config_values, max_size=4),
+    where=st.sampled_from(["best", "trial"]),
+)
+def test_a_config_is_accepted_exactly_when_it_is_in_the_space(toy, tmp_path_factory, config, where):
+    doc = _valid_document(toy)
+    target = doc["entries"][1]["best"] if where == "best" else doc["entries"][1]["trials"][1]
+    target["config"] = config
+    try:
+        toy.space.check_membership(config)
+        member = True
+    except TunekitError:
+        member = False
+    tmp = tmp_path_factory.mktemp("fuzz")
+    path = tmp / "db.json"
+    path.write_text(json.dumps(doc))
+    with Store(tmp / "store") as store:
+        if member:
+            assert import_document(store, path) == (2, 2)
+        else:
+            with pytest.raises(DatabaseError, match="outside the toy space"):
+                import_document(store, path)
+            assert len(store) == 0
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(["rows", "cols", "dtype"]),
+    value=st.sampled_from([8, 0, -1, 2**40, 2**39, True, False, "8", "float32", "", None, 1.5, [8], {"x": 1}]),
+)
+def test_a_problem_value_of_the_wrong_type_or_range_is_refused(toy, tmp_path_factory, field, value):
+    doc = _valid_document(toy)
+    doc["entries"][1]["key"]["problem"][field] = value
+    want = int if field in ("rows", "cols") else str
+    ok = type(value) is want and (want is str or 0 <= value < 2**40)
+    tmp = tmp_path_factory.mktemp("fuzz")
+    path = tmp / "db.json"
+    path.write_text(json.dumps(doc))
+    with Store(tmp / "store") as store:
+        if ok:
+            assert import_document(store, path)[0] == 2
+        else:
+            with pytest.raises(DatabaseError, match=f"key.problem.{field} must be"):
+                import_document(store, path)
+            assert len(store) == 0
+
+
+@FUZZ
+@given(doc=json_values)
+def test_arbitrary_json_is_refused(toy, tmp_path_factory, doc):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    path = tmp / "db.json"
+    path.write_text(json.dumps(doc))
+    with Store(tmp / "store") as store, pytest.raises(DatabaseError):
+        import_document(store, path)
+    assert len(Store(tmp / "store")) == 0
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=200))
+def test_junk_bytes_are_refused(toy, tmp_path_factory, data):
+    _check_import(toy, tmp_path_factory.mktemp("fuzz"), data)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,  # deeper than the JSON parser's recursion
+        '{"format": "tunekit-db", "schema": 1, "entries": [' + "{" * 5000 + "}" * 5000 + "]}",
+        '{"format": "tunekit-db", "schema": 1, "entries": [1' + "0" * 5000 + "]}",  # an int too long to parse
+        '{"format": "tunekit-db", "schema": 1e999, "entries": []}',
+        '{"format": "tunekit-db", "schema": NaN, "entries": []}',
+        "\ufeff{}",
+    ],
+)
+def test_pathological_documents_are_refused(toy, tmp_path, text):
+    _check_import(toy, tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda e: e["best"]["config"].update(BLOCK=2**80), "must be one of"),
+        (lambda e: e["best"].update(time_ms=math.inf), "not valid JSON: Infinity is not JSON"),
+        (lambda e: e["best"].update(time_ms=math.nan), "not valid JSON: NaN is not JSON"),
+        (lambda e: e["trials"][0].update(time_ms=-math.inf), "not valid JSON: -Infinity is not JSON"),
+        (lambda e: e["best"].update(time_ms=1e300), "time_ms must be a number in"),
+        (lambda e: e["best"].update(time_ms=0), "time_ms must be a number in"),
+        (lambda e: e["trials"][1].update(error={"nested": [1]}), "error must be a string or null"),
+        (lambda e: e["trials"][1].update(time_ms="slow"), "time_ms must be a number or null"),
+        (lambda e: e["device"].update(name=["H200"]), r"device values must be .* but device.name is \['H200'\]"),
+        (lambda e: e["device"].update(name=7), "device.name must be a string"),
+        (lambda e: e["device"].update(sm_count={"deep": {"er": 1}}), "device values must be"),
+        (lambda e: e["provenance"].update(date=[1, 2]), "provenance values must be"),
+        (lambda e: e["key"].update(schema=True), "key schema must be 1"),
+        (lambda e: e["key"]["problem"].update(rows=True), "key.problem.rows must be an int"),
+        (lambda e: e["key"]["problem"].update(dtype=16), "key.problem.dtype must be a string"),
+        (lambda e: e["key"].update(kernel=["toy"]), "unknown kernel"),
+        (lambda e: e.update(trials=[{"config": {}, "status": "ok"}] * 2), "config outside the toy space"),
+    ],
+)
+def test_wrong_types_and_values_name_the_rule(toy, tmp_path, mutate, message):
+    doc = _valid_document(toy)
+    mutate(doc["entries"][1])
+    path = tmp_path / "db.json"
+    path.write_text(json.dumps(doc))
+    with Store() as store, pytest.raises(DatabaseError, match=message):
+        import_document(store, path)
+    with Store() as store:
+        assert list(store.entries()) == []

@@ -1,0 +1,207 @@
+"""Isolated benchmarking (tunekit.isolation): candidates that hang, crash or poison their process are failed records.
+
+The toy kernel commits the faults named in TOY_FAULTS (see tests/toy_kernel.py); the worker inherits the variable.
+On the H200 the same machinery meets real faults: .device/issue7.py (compile error, shared memory, an infinite
+loop, an illegal memory access).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from toy_kernel import PlantedTimer
+from triton.runtime.errors import OutOfResources
+
+from tunekit import backend
+from tunekit.bench import CudaEventTimer, WallClockTimer
+from tunekit.cache_key import CacheKey
+from tunekit.device import fingerprint
+from tunekit.entry import Entry
+from tunekit.errors import TunekitError
+from tunekit.tuner import TuneOptions, _isolation, tune
+
+PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
+FAULTS = {"2/a/1": "hang", "4/a/2": "exit", "8/a/1": "segfault", "2/b/2": "poison"}
+TESTS = Path(__file__).parent
+
+
+def _cfg(text: str) -> dict:
+    block, variant, warps = text.split("/")
+    return {"BLOCK": int(block), "variant": variant, "num_warps": int(warps)}
+
+
+def _by_config(records) -> dict:
+    return {tuple(sorted(r.config.items())): r for r in records}
+
+
+def test_hang_crash_and_poisoned_context_are_failed_and_the_run_finishes(toy, monkeypatch):
+    """Every fault is one failed record, the worker is replaced each time, every other config gets the same
+    verdict as in-process, and the run ends with the planted best."""
+    exhaustive = TuneOptions(trials=1000, sampler="exhaustive")
+    baseline = tune(toy, PROBLEM, fingerprint(), exhaustive, timer=PlantedTimer())  # in-process, no faults
+    monkeypatch.setenv("TOY_FAULTS", json.dumps(FAULTS))
+    options = dataclasses.replace(exhaustive, isolate=True, candidate_timeout_s=3.0)
+    start = time.monotonic()
+    report = tune(toy, PROBLEM, fingerprint(), options, timer=PlantedTimer())
+    elapsed = time.monotonic() - start
+
+    assert report.isolated and report.stop_reason == "space exhausted"
+    assert report.entry.config == PlantedTimer().best
+    assert report.restarts == len(FAULTS)  # hang (killed), exit, segfault, poisoned context
+    got, want = _by_config(report.entry.trials), _by_config(baseline.entry.trials)
+    assert got.keys() == want.keys()
+    faulty = {tuple(sorted(_cfg(k).items())): fault for k, fault in FAULTS.items()}
+    for cid, record in got.items():
+        if cid in faulty:
+            assert record.status == "failed", (cid, record)
+        else:  # nothing after a fault is blamed for it: a fresh worker measures the next config
+            assert record.status == want[cid].status, (cid, record, want[cid])
+            assert record.time_ms == want[cid].time_ms  # the planted timer ran in the worker
+    errors = {fault: got[cid].error for cid, fault in faulty.items()}
+    assert errors["hang"].startswith("timeout: no result within 3 s")
+    assert errors["exit"] == "worker died: exit status 3"
+    assert errors["segfault"].startswith("worker died: killed by signal SIGSEGV")
+    assert "illegal memory access" in errors["poison"]
+    assert elapsed < 60
+
+
+def test_isolated_and_in_process_runs_agree(toy):
+    options = TuneOptions(trials=8, sampler="random", seed=5)
+    here = tune(toy, PROBLEM, fingerprint(), options, timer=PlantedTimer())
+    there = tune(toy, PROBLEM, fingerprint(), dataclasses.replace(options, isolate=True), timer=PlantedTimer())
+    assert there.isolated and not here.isolated and there.restarts == 0
+    assert [r.to_json() for r in there.records] == [r.to_json() for r in here.records]
+    assert there.entry.config == here.entry.config and there.entry.time_ms == here.entry.time_ms
+
+
+def test_a_bug_in_the_worker_is_raised_not_recorded(toy, monkeypatch):
+    monkeypatch.setenv("TOY_FAULTS", json.dumps({"1/a/1": "bug"}))  # the heuristic, measured first
+    with pytest.raises(TunekitError, match=r"raised ValueError: planted bug in the worker \(not a known kernel"):
+        tune(toy, PROBLEM, fingerprint(), TuneOptions(trials=3, isolate=True), timer=PlantedTimer())
+
+
+def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_option(monkeypatch):
+    assert _isolation(TuneOptions(), WallClockTimer()) is None  # the interpreter: spawning costs seconds
+    assert _isolation(TuneOptions(isolate=True), WallClockTimer()) == {
+        "class": "tunekit.bench:WallClockTimer",
+        "state": {"repeats": 3},
+    }
+    monkeypatch.setattr(backend, "INTERPRETED", False)
+    assert _isolation(TuneOptions(), CudaEventTimer())["class"] == "tunekit.bench:CudaEventTimer"
+    assert _isolation(TuneOptions(), PlantedTimer()) is None  # custom timers stay in-process unless forced
+    assert _isolation(TuneOptions(isolate=False), CudaEventTimer()) is None
+
+    class LocalTimer:
+        label = "local"
+
+        def __call__(self, fn, config):
+            return 1.0
+
+    with pytest.raises(TunekitError, match="isolate=True needs a timer the worker process can rebuild"):
+        _isolation(TuneOptions(isolate=True), LocalTimer())
+    with pytest.raises(TunekitError, match="candidate timeout must be > 0"):
+        TuneOptions(candidate_timeout_s=0)
+
+
+def test_a_worker_that_cannot_load_the_kernel_is_a_clear_error(toy, monkeypatch):
+    from tunekit import registry
+
+    edited = dataclasses.replace(toy, source_hash="0123456789abcdef")  # the tuner's spec is not the module's
+    monkeypatch.setitem(registry._loaded, "toy", edited)
+    with pytest.raises(TunekitError, match=r"source hash \w+, but the tuner has 0123456789abcdef"):
+        tune(edited, PROBLEM, fingerprint(), TuneOptions(trials=2, isolate=True), timer=PlantedTimer())
+    ghost = dataclasses.replace(toy, name="ghost")
+    with pytest.raises(TunekitError, match="defines no KernelSpec named 'ghost'"):
+        tune(ghost, PROBLEM, fingerprint(), TuneOptions(trials=2, isolate=True), timer=PlantedTimer())
+
+
+def test_a_winner_that_fails_when_measured_again_is_replaced(toy):
+    class FlakyTimer(PlantedTimer):
+        def __call__(self, fn, config):
+            if config == self.best and self.calls.get(tuple(sorted(config.items()))):
+                raise OutOfResources(1, 0, "shared memory")  # the second timing of the planted best fails
+            return super().__call__(fn, config)
+
+    report = tune(toy, PROBLEM, fingerprint(), TuneOptions(trials=1000, sampler="exhaustive"), timer=FlakyTimer())
+    assert report.entry.config != PlantedTimer().best
+    flaky = _by_config(report.entry.trials)[tuple(sorted(PlantedTimer().best.items()))]
+    assert flaky.status == "failed" and flaky.error.startswith("failed when measured again: OutOfResources")
+
+
+def test_warm_start_measures_related_bests_first(toy):
+    """Entries of another source or device are never served, but their configs are tried right after the
+    heuristic; one that is no longer in the space is ignored."""
+    device = fingerprint()
+    planted = PlantedTimer().best
+    stale_key = CacheKey.make("toy", "old-source", device.key, PROBLEM)
+    stale = Entry(stale_key, planted, 1.0, device.to_json(), {})
+    outside = Entry(stale_key, {"BLOCK": 3, "variant": "a", "num_warps": 1}, 0.5, device.to_json(), {})
+    report = tune(
+        toy, PROBLEM, device, TuneOptions(trials=2, sampler="random"), timer=PlantedTimer(), warm_start=[outside, stale]
+    )
+    assert report.warm_started == 1
+    assert [r.config for r in report.records] == [toy.heuristic(PROBLEM, device), planted]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
+def test_the_worker_dies_with_a_killed_tuner(tmp_path):
+    """SIGKILL the tuner while its worker runs a hanging candidate: the worker must not outlive it."""
+    script = textwrap.dedent(
+        f"""
+        import json, os, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        os.environ["TOY_FAULTS"] = json.dumps({{"1/a/1": "hang"}})
+        from tunekit import registry
+        registry.KERNELS["toy"] = "toy_kernel"
+        from toy_kernel import PlantedTimer
+        from tunekit.device import fingerprint
+        from tunekit.tuner import TuneOptions, tune
+        tune(registry.get_spec("toy"), {PROBLEM!r}, fingerprint(), TuneOptions(isolate=True), timer=PlantedTimer())
+        """
+    )
+    tuner = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
+    try:
+        worker = None
+        deadline = time.monotonic() + 60
+        while worker is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            worker = next(iter(_children(tuner.pid)), None)
+        assert worker is not None, "the tuner never started a worker"
+        time.sleep(1.0)  # let it reach the hanging launch
+    finally:
+        tuner.send_signal(signal.SIGKILL)
+        tuner.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
