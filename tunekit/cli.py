@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from tunekit import settings
 from tunekit.errors import InvalidShapeError, TunekitError
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec
+
+if TYPE_CHECKING:
+    from tunekit.tuner import TuneOptions
 
 app = typer.Typer(
     name="tunekit",
@@ -55,6 +58,14 @@ ShapeOpt = Annotated[
     list[str] | None, typer.Option("--shape", "-s", help="Problem shape, e.g. 4096x1024 (repeatable).")
 ]
 DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32.")]
+QueueOpt = Annotated[str, typer.Option("--queue", help="The job queue's name (one storage holds many).")]
+FleetStorageOpt = Annotated[
+    str,
+    typer.Option(
+        "--storage",
+        help="The shared store: an Optuna RDB URL (postgresql://..., sqlite:///fleet.db) or a journal file path.",
+    ),
+]
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -80,6 +91,23 @@ def _problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[
     return [dict(spec.problem_from_shape(parse_shape(s), default_dtype)) for s in shapes]
 
 
+def _work_list(
+    kernel: str | None, shapes: list[str] | None, dtype: str | None, plan: Path | None
+) -> list[tuple[KernelSpec, Problem]]:
+    """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
+    from tunekit.fleet import read_plan
+    from tunekit.registry import get_spec
+
+    if plan is not None:
+        if kernel is not None or shapes or dtype:
+            raise TunekitError("give --plan, or --kernel with --shape/--dtype, not both (a plan names its problems)")
+        return [(get_spec(k), p) for k, p in read_plan(plan)]
+    if kernel is None:
+        raise TunekitError("tune needs --kernel (with --shape/--dtype) or --plan FILE")
+    spec = get_spec(kernel)
+    return [(spec, p) for p in _problems(kernel, shapes, dtype)]
+
+
 def _show_config(spec: KernelSpec, config: Config) -> str:
     return " ".join(f"{name}={config[name]}" for name in spec.space.names)
 
@@ -90,31 +118,91 @@ def _advance(progress: Any, task: Any, record: object, done: int) -> None:
 
 @command()
 def tune(
-    kernel: KernelOpt,
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", "-k", help="Kernel name (see `tunekit show --kernels`).")
+    ] = None,
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
     trials: Annotated[int, typer.Option(help="Configs to benchmark per shape.")] = 30,
     timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random or exhaustive.")] = "tpe",
     storage: Annotated[
-        str | None, typer.Option(help="Optuna storage URL (e.g. sqlite:///tune.db); in-memory if unset.")
+        str | None,
+        typer.Option(
+            help="Optuna storage URL (e.g. sqlite:///tune.db) of the studies, and with --submit/--workers of the "
+            "job queue (a journal file path works there too); in-memory if unset."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampler and of the random inputs.")] = 0,
+    plan: Annotated[
+        Path | None, typer.Option("--plan", help="Tune every problem of a plan file (see `tunekit plan`).")
+    ] = None,
+    submit: Annotated[
+        bool,
+        typer.Option("--submit", help="Only queue the problems as jobs in --storage, for `tunekit worker`s anywhere."),
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Queue the jobs, run them on N local worker processes (one per GPU), wait, print the results. "
+            "--storage defaults to sqlite in the cache directory.",
+        ),
+    ] = None,
+    queue: QueueOpt = "default",
+    isolate: Annotated[
+        bool | None,
+        typer.Option(
+            "--isolate/--no-isolate",
+            help="Benchmark each candidate in a worker process that a hang or crash cannot take down "
+            "(default: on for a GPU, off in the interpreter).",
+        ),
+    ] = None,
+    candidate_timeout: Annotated[
+        float,
+        typer.Option(
+            help="With isolation: seconds one candidate may take (compile, check, time) before it is killed "
+            "and recorded as failed."
+        ),
+    ] = 120.0,
 ) -> None:
-    """Tune KERNEL for each shape (a default set when none is given) and store the winners."""
+    """Tune KERNEL for each shape (a default set when none is given), or every problem of a --plan; store the winners.
+
+    With --submit or --workers the problems become jobs in a queue in --storage, for workers on any machine.
+    """
+    from tunekit.samplers import make_sampler
+    from tunekit.tuner import TuneOptions
+
+    work_list = _work_list(kernel, shape, dtype, plan)
+    options = TuneOptions(
+        trials=trials,
+        timeout_s=timeout,
+        sampler=sampler,
+        storage=storage,
+        seed=seed,
+        isolate=isolate,
+        candidate_timeout_s=candidate_timeout,
+    )
+    make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
+    if submit or workers is not None:
+        _tune_fleet(work_list, options, submit, workers, queue)
+        return
+    by_kernel: dict[str, tuple[KernelSpec, list[Problem]]] = {}
+    for spec, problem in work_list:
+        by_kernel.setdefault(spec.name, (spec, []))[1].append(problem)
+    for spec, problems in by_kernel.values():
+        _tune_here(spec, problems, options)
+
+
+def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tunekit.bench import default_timer
     from tunekit.cache_key import CacheKey
     from tunekit.device import fingerprint
-    from tunekit.registry import get_spec
     from tunekit.store import Store
-    from tunekit.tuner import TuneOptions
     from tunekit.tuner import tune as run_tune
 
-    spec = get_spec(kernel)
-    problems = _problems(kernel, shape, dtype)
-    options = TuneOptions(trials=trials, timeout_s=timeout, sampler=sampler, storage=storage, seed=seed)
     device = fingerprint()
     timer = default_timer()
     table = Table(title=f"{spec.name} on {device.label} ({timer.label}, ms)")
@@ -122,7 +210,8 @@ def tune(
         table.add_column(col)
     with Store() as store:
         for problem in problems:
-            previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
+            key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+            previous = store.get(key)
             with Progress(
                 TextColumn(f"{spec.describe_problem(problem)}"),
                 BarColumn(),
@@ -131,7 +220,7 @@ def tune(
                 console=console,
                 transient=True,
             ) as progress:
-                task = progress.add_task("tune", total=trials)
+                task = progress.add_task("tune", total=options.trials)
                 report = run_tune(
                     spec,
                     problem,
@@ -139,6 +228,7 @@ def tune(
                     options,
                     timer=timer,
                     previous=previous,
+                    warm_start=store.related(key),
                     on_trial=functools.partial(_advance, progress, task),
                     checkpoint=store.put,
                 )
@@ -155,6 +245,165 @@ def tune(
             )
     console.print(table)
     console.print(f"cache: {store.directory}")
+
+
+def _tune_fleet(
+    work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
+) -> None:
+    from tunekit.fleet import Job, JobQueue, run_workers
+
+    if submit and workers is not None:
+        raise TunekitError("--submit only queues the jobs and --workers also runs them here: give one of them")
+    if workers is not None and workers < 1:
+        raise TunekitError(f"--workers must be >= 1, but got {workers}")
+    url = options.storage
+    if url is None:
+        if submit:
+            raise TunekitError("--submit needs --storage URL: the shared store the workers read")
+        settings.cache_dir().mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{settings.cache_dir() / 'fleet.db'}"
+    jobs = [
+        Job(spec.name, dict(problem), options.trials, options.sampler, options.seed, options.timeout_s)
+        for spec, problem in work_list
+    ]
+    q = JobQueue(url, queue)
+    added, skipped = q.submit(jobs)
+    console.print(f"queue {queue!r} at {url}: {added} jobs queued, {skipped} already queued, running or done")
+    if workers is None:
+        return
+    try:
+        exits = run_workers(workers, url, queue)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the workers gave their jobs back to the queue")
+        raise typer.Exit(130) from None
+    wanted = {job.id for job in jobs}
+    statuses = [s for s in q.jobs() if s.job.id in wanted]
+    table = Table(title=f"{len(statuses)} jobs on {workers} workers (queue {queue!r}, ms)")
+    for col in ("kernel", "problem", "state", "best", "best config", "worker"):
+        table.add_column(col)
+    for s in statuses:
+        spec = next(spec for spec, _ in work_list if spec.name == s.job.kernel)
+        table.add_row(
+            s.job.kernel,
+            spec.describe_problem(s.job.problem),
+            s.state if s.state != "failed" else f"failed: {s.error}",
+            f"{s.entry.time_ms:.4f}" if s.entry else "-",
+            _show_config(spec, s.entry.config) if s.entry else "-",
+            s.worker,
+        )
+    console.print(table)
+    crashed = [f"worker {i} (exit status {code})" for i, code in enumerate(exits) if code != 0]
+    unfinished = [s for s in statuses if s.state != "done"]
+    if unfinished or crashed:
+        what = f"{len(unfinished)} of {len(statuses)} jobs not done"
+        raise TunekitError(what + (f"; {', '.join(crashed)} ended abnormally" if crashed else "") + " (see above)")
+
+
+@command()
+def worker(
+    storage: FleetStorageOpt,
+    queue: QueueOpt = "default",
+    heartbeat: Annotated[int, typer.Option(help="Seconds between heartbeats while a job runs (RDB storages).")] = 10,
+    lease: Annotated[
+        int, typer.Option(help="Seconds without a heartbeat after which a job goes back to the queue.")
+    ] = 60,
+    max_retries: Annotated[int, typer.Option(help="Times a job whose worker vanished is queued again.")] = 2,
+    max_jobs: Annotated[int | None, typer.Option(help="Stop after this many jobs.")] = None,
+) -> None:
+    """Take jobs from the queue in --storage and tune them on this process's GPU, until none is queued or running.
+
+    Run one per GPU (CUDA_VISIBLE_DEVICES=i), on as many machines as you like; results go to this machine's
+    cache and back into the shared store. Every worker of a queue should use the same --heartbeat and --lease.
+    """
+    import signal
+
+    from tunekit.fleet import Lease, stop_as_interrupted, work
+
+    terms = Lease(heartbeat, lease, max_retries)
+    signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
+    try:
+        work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        err_console.print("worker interrupted: its job went back to the queue")
+        raise typer.Exit(130) from None
+
+
+@command()
+def status(
+    storage: FleetStorageOpt,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="Also list every job.")] = False,
+) -> None:
+    """Jobs queued, running, done and failed in each queue of --storage."""
+    from tunekit.fleet import STATES, JobQueue, queue_names
+
+    names = [queue] if queue is not None else queue_names(storage)
+    if not names:
+        console.print(f"no queues in {storage}")
+        return
+    queues = [JobQueue(storage, name, create=False) for name in names]
+    table = Table(title=f"jobs in {storage}")
+    for col in ("queue", *STATES):
+        table.add_column(col)
+    for q in queues:
+        counts = q.counts()
+        table.add_row(q.name, *(str(counts[state]) for state in STATES))
+    console.print(table)
+    if not jobs:
+        return
+    table = Table(title="jobs")
+    for col in ("queue", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"):
+        table.add_column(col)
+    for name, s in ((q.name, s) for q in queues for s in q.jobs()):
+        table.add_row(
+            name,
+            s.job.kernel,
+            ",".join(f"{k}={v}" for k, v in s.job.problem.items()),
+            s.state,
+            str(s.attempts),
+            f"{s.entry.time_ms:.4f}" if s.entry else "-",
+            s.worker,
+            s.error,
+        )
+    console.print(table)
+
+
+@command()
+def plan(
+    file: Annotated[Path, typer.Argument(help="The plan file: JSON lines, one problem per line.")],
+    kernel: Annotated[
+        list[str] | None, typer.Option("--kernel", "-k", help="Write FILE for these kernels (repeatable).")
+    ] = None,
+    shape: ShapeOpt = None,
+    dtype: Annotated[
+        list[str] | None, typer.Option("--dtype", help="float16, bfloat16 or float32 (repeatable).")
+    ] = None,
+) -> None:
+    """Write a plan (kernels x shapes x dtypes) to FILE; without --kernel, check FILE and list its problems.
+
+    A plan line is {"kernel": "layernorm", "shape": [4096, 1024], "dtype": "float16"} or
+    {"kernel": "layernorm", "problem": {...}} (what tunekit.record_problems writes). Without --shape, each
+    kernel's default problems on this machine's device.
+    """
+    from tunekit.fleet import read_plan
+    from tunekit.recorder import write_plan
+    from tunekit.registry import get_spec
+
+    if not kernel:
+        if shape or dtype:
+            raise TunekitError("--shape and --dtype go with --kernel (to write a plan)")
+        problems = read_plan(file)
+        table = Table()
+        for col in ("kernel", "problem"):
+            table.add_column(col)
+        for name, problem in problems:
+            table.add_row(name, get_spec(name).describe_problem(problem))
+        console.print(table)
+        console.print(f"{len(problems)} problems in {file}")
+        return
+    dtypes: list[str | None] = list(dtype) if dtype else [None]
+    pairs = [(k, p) for k in kernel for d in dtypes for p in _problems(k, shape, d)]
+    console.print(f"wrote {write_plan(file, pairs)} problems to {file}")
 
 
 @command()
@@ -215,13 +464,28 @@ def export_cmd(
     device: Annotated[
         str | None, typer.Option(help="Only this device key, or 'current' for this machine's device.")
     ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage", help="Export every device's results from this shared fleet store instead of the local cache."
+        ),
+    ] = None,
 ) -> None:
-    """Write the cache (filtered by kernel and device) as a tuning database."""
+    """Write the cache, or a fleet's shared store (filtered by kernel and device), as a tuning database."""
     from tunekit.database import export_entries, write_document
     from tunekit.device import fingerprint
+    from tunekit.registry import get_spec
     from tunekit.store import Store
 
     device_key = fingerprint().key if device == "current" else device
+    if storage is not None:
+        from tunekit import fleet
+
+        if kernel is not None:
+            get_spec(kernel)  # unknown names fail with the list of valid ones
+        n = write_document(out, fleet.export_entries(storage, kernel, device_key))
+        console.print(f"exported {n} entries from {storage} to {out}")
+        return
     with Store() as store:
         n = write_document(out, export_entries(store, kernel, device_key))
     console.print(f"exported {n} entries to {out}")

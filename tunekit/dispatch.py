@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tunekit import database, settings
+from tunekit import database, recorder, settings
 from tunekit.cache_key import CacheKey
 from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
@@ -120,6 +120,8 @@ class Dispatcher:
     def _miss(self, key: ProblemKey) -> Config:
         spec = self.spec
         problem = spec.problem_dict(key)
+        if recorder.ACTIVE:
+            recorder.note(spec.name, problem)
         device = fingerprint()
         store = _open_store()
         try:
@@ -163,6 +165,12 @@ def dispatcher(kernel: str) -> Dispatcher:
     if d is None:
         d = _DISPATCHERS[kernel] = Dispatcher(kernel)
     return d
+
+
+def forget_memos() -> None:
+    """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
+    for d in _DISPATCHERS.values():
+        d.memo.clear()
 
 
 def reset_all() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from tunekit import backend  # noqa: F401  (selects GPU or interpreter before any kernel is decorated)
-from tunekit.errors import UnknownKernelError
+# backend first: it selects the GPU or the interpreter before any kernel is decorated
+from tunekit import backend, settings  # noqa: F401
+from tunekit.errors import TunekitError, UnknownKernelError
 from tunekit.spec import KernelSpec
 
 KERNELS: dict[str, str] = {
@@ -19,6 +20,16 @@ KERNELS: dict[str, str] = {
     "gemm": "tunekit.kernels.gemm",
 }
 
+
+def _register_extra() -> None:
+    """TUNEKIT_EXTRA_KERNELS (tests, and kernels outside the package) joins the table once, at import."""
+    for name, module in settings.extra_kernels().items():
+        if KERNELS.get(name, module) != module:
+            raise TunekitError(f"TUNEKIT_EXTRA_KERNELS: {name!r} is already {KERNELS[name]}; pick another name")
+        KERNELS[name] = module
+
+
+_register_extra()
 _loaded: dict[str, KernelSpec] = {}
 
 

@@ -7,6 +7,7 @@
 | TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
 | TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
 | TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
+| TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
 | TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
 """
 
@@ -69,6 +70,22 @@ def debug() -> bool:
         return _flag("TUNEKIT_DEBUG")
     except TunekitError:
         return False
+
+
+def extra_kernels() -> dict[str, str]:
+    """Kernels registered from the environment: `name=module,...` (each module defines SPEC). Read once, at import
+    of tunekit.registry, so fleet workers and isolated benchmark processes find kernels outside the package."""
+    raw = os.environ.get("TUNEKIT_EXTRA_KERNELS", "").strip()
+    found: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, module = (s.strip() for s in item.partition("="))
+        if not sep or not name or not module:
+            raise TunekitError(
+                f"TUNEKIT_EXTRA_KERNELS must be name=module pairs joined by ',' (e.g. mykernel=mypkg.mykernel), "
+                f"but got {item!r}"
+            )
+        found[name] = module
+    return found
 
 
 def interpret_requested() -> bool:

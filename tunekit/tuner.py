@@ -143,9 +143,11 @@ def tune(
     timer_json = _isolation(options, timer)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from tunekit.fleet import open_storage  # the fleet opens storages (journal files, sqlite locking) one way
+
     study = optuna.create_study(
         study_name=study_name(key),
-        storage=options.storage,
+        storage=open_storage(options.storage) if options.storage else None,
         sampler=make_sampler(options.sampler, options.seed),
         direction="minimize",
         load_if_exists=True,

@@ -1,0 +1,629 @@
+"""Tuning at fleet scale: a job queue and its workers on Optuna's storages, no protocol of our own.
+
+How the queue maps onto Optuna (one storage holds the queue, every job's tuning study and every result):
+- A queue is one study, `tunekit:jobs:<queue>`. A job is a trial enqueued with no parameters and the job
+  (kernel, problem, trial budget, sampler, seed) in its user attribute `tunekit:job`.
+- Claiming a job is Optuna's own pop of a WAITING trial: `set_trial_state_values(RUNNING)` succeeds for exactly
+  one caller (a row lock in PostgreSQL and MySQL, the log order in a journal file, an immediate transaction in
+  SQLite: see `_serialise_sqlite`).
+- A done job is COMPLETE, its value the best time (ms) and its cache entry (JSON) in `tunekit:result`; a job that
+  cannot be tuned is FAIL with the reason in `tunekit:error`.
+- Leases (RDB storages: PostgreSQL and SQLite, tested; MySQL likewise) are Optuna's heartbeats. A worker
+  records a heartbeat every `heartbeat_s` while it holds a job; before claiming, every worker runs
+  `optuna.storages.fail_stale_trials`, which fails a RUNNING job whose last heartbeat is older than `timeout_s`,
+  and Optuna's `RetryHeartbeatStaleTrialCallback` enqueues a copy. The stale original can never be completed
+  afterwards (its worker, if it was only stalled, gets UpdateFinishedTrialError and keeps its result local), so
+  the copy is the only trial of that job that can complete: none is lost, none is completed twice. (Optuna
+  ignores a RUNNING trial with no heartbeat at all: the claim records the first one at once, so only a worker
+  killed within those milliseconds leaves a job that never comes back. Submit a job list from one process at a
+  time: two submitting the same job at once may both queue it.)
+- A journal file (Optuna's JournalStorage) claims jobs race-free too, but Optuna 5.0 has no heartbeats for it:
+  no leases. A worker interrupted by Ctrl-C or SIGTERM gives its job back; a SIGKILLed one's job stays RUNNING.
+- Each job's tuning study goes to the same storage (RDB URLs; the tuner takes URLs only), so a job resumed on
+  another worker reuses the trials measured before; every worker also writes each result to its own
+  device-keyed cache, which (on one machine, shared by the local workers) resumes a killed job too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+import sqlalchemy.exc
+from optuna.exceptions import ExperimentalWarning, StorageInternalError, UpdateFinishedTrialError
+from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.trial import FrozenTrial, TrialState
+
+from tunekit.canonical import digest
+from tunekit.entry import Entry, merge_entries
+from tunekit.errors import InvalidShapeError, TunekitError
+from tunekit.recorder import plan_line
+from tunekit.space import Value
+from tunekit.spec import KernelSpec
+
+if TYPE_CHECKING:
+    from tunekit.store import Store
+    from tunekit.tuner import TuneReport
+
+logger = logging.getLogger("tunekit")
+
+QUEUE_PREFIX = "tunekit:jobs:"
+JOB_ATTR = "tunekit:job"
+RESULT_ATTR = "tunekit:result"
+ERROR_ATTR = "tunekit:error"
+WORKER_ATTR = "tunekit:worker"
+STATES = ("queued", "running", "done", "failed")
+_IDLE_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    """How long a job stays a worker's without a heartbeat. Every worker of a queue should use the same values."""
+
+    heartbeat_s: int = 10
+    timeout_s: int = 60
+    max_retries: int = 2  # a job whose worker vanished this many times more stays failed
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_s < 1 or self.timeout_s <= self.heartbeat_s or self.max_retries < 0:
+            raise TunekitError(
+                f"a lease needs heartbeat >= 1 s, a timeout longer than the heartbeat and retries >= 0, but got "
+                f"heartbeat {self.heartbeat_s} s, timeout {self.timeout_s} s, retries {self.max_retries}"
+            )
+
+
+@dataclass(frozen=True)
+class Job:
+    kernel: str
+    problem: dict[str, Value]
+    trials: int = 30
+    sampler: str = "tpe"
+    seed: int = 0
+    timeout_s: float | None = None
+
+    @property
+    def id(self) -> str:
+        return digest(self._fields())
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "problem": dict(self.problem),
+            "trials": self.trials,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "timeout_s": self.timeout_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, **self._fields()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Job:
+        return cls(
+            data["kernel"], dict(data["problem"]), data["trials"], data["sampler"], data["seed"], data["timeout_s"]
+        )
+
+    def describe(self) -> str:
+        return f"{self.kernel} " + ",".join(f"{k}={v}" for k, v in self.problem.items())
+
+
+@dataclass
+class JobStatus:
+    """One job as the queue sees it: the state of its latest trial (done if any trial completed)."""
+
+    job: Job
+    state: str
+    attempts: int
+    worker: str = ""
+    entry: Entry | None = None
+    error: str = ""
+
+
+# --- storages ---------------------------------------------------------------------------------------------------
+
+
+def is_journal(url: str) -> bool:
+    """A URL names an RDB storage (sqlite:///f.db, postgresql://...); anything else is a journal file's path."""
+    return "://" not in url
+
+
+def open_storage(url: str, lease: Lease | None = None) -> BaseStorage:
+    """Optuna's storage for `url`, with heartbeats and retried stale jobs (RDB storages) when `lease` is given."""
+    if is_journal(url):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url).expanduser()
+        if not path.parent.is_dir():
+            raise TunekitError(f"cannot open the journal storage {url}: {path.parent} is not a directory")
+        return JournalStorage(JournalFileBackend(str(path)))
+    sqlite = url.startswith("sqlite")
+    kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
+    with _quiet():
+        if lease is not None:
+            kwargs["heartbeat_interval"] = lease.heartbeat_s
+            kwargs["grace_period"] = lease.timeout_s
+            kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(max_retry=lease.max_retries)
+        try:
+            storage = RDBStorage(url, **kwargs)
+        except (ImportError, ValueError, StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise TunekitError(f"cannot open the storage {url} ({why}); give a journal path or an RDB URL") from None
+    if sqlite:
+        _serialise_sqlite(storage)
+    return storage
+
+
+def _serialise_sqlite(storage: RDBStorage) -> None:
+    """Make every transaction of this storage BEGIN IMMEDIATE (SQLAlchemy's recipe for pysqlite).
+
+    Python's sqlite3 starts a transaction only at the first write, so Optuna's read-check-write pop of a WAITING
+    trial is not atomic in SQLite (SELECT ... FOR UPDATE is a no-op there): two workers can both claim one job.
+    Taking the write lock at BEGIN serialises the pops, as the row lock does in PostgreSQL.
+    """
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver emits no BEGIN of its own
+
+    def on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    sqlalchemy.event.listen(storage.engine, "connect", on_connect)
+    sqlalchemy.event.listen(storage.engine, "begin", on_begin)
+    storage.engine.dispose()  # connections opened before the listeners are dropped
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Heartbeats and the retry callback are 'experimental' in Optuna 5.0: say nothing about it each time."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        yield
+
+
+def queue_names(url: str) -> list[str]:
+    """The queues in a storage."""
+    storage = open_storage(url)
+    return sorted(s.study_name[len(QUEUE_PREFIX) :] for s in storage.get_all_studies() if _is_queue(s.study_name))
+
+
+def _is_queue(study_name: str) -> bool:
+    return study_name.startswith(QUEUE_PREFIX)
+
+
+# --- the queue --------------------------------------------------------------------------------------------------
+
+
+class _Heartbeat:
+    """Records the heartbeat of a claimed job every interval until stopped (Optuna's lease, kept by us)."""
+
+    def __init__(self, storage: RDBStorage, trial_id: int, interval_s: int) -> None:
+        self._storage, self._trial_id, self._interval = storage, trial_id, interval_s
+        self._stop = threading.Event()
+        storage.record_heartbeat(trial_id)  # at once: a job with no heartbeat at all is never found stale
+        self._thread = threading.Thread(target=self._run, name=f"tunekit-heartbeat-{trial_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._storage.record_heartbeat(self._trial_id)
+            except Exception as exc:  # the storage is unreachable for a moment: the lease may lapse, nothing else
+                logger.warning("tunekit: heartbeat of job trial %s failed: %s", self._trial_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Claim:
+    """A job this worker holds: a RUNNING trial of the queue (with its heartbeat where the storage has leases)."""
+
+    job: Job
+    trial_id: int
+    heartbeat: _Heartbeat | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+
+
+class JobQueue:
+    """One queue of tuning jobs in an Optuna storage. Every method is safe to call from many processes."""
+
+    def __init__(self, url: str, name: str = "default", lease: Lease | None = None, *, create: bool = True) -> None:
+        if not name or any(c.isspace() for c in name):
+            raise TunekitError(f"a queue name must be a non-empty word, but got {name!r}")
+        self.url, self.name = url, name
+        self.lease = None if is_journal(url) else (lease or Lease())
+        self.storage = open_storage(url, self.lease)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if create:
+            self.study = optuna.create_study(
+                study_name=QUEUE_PREFIX + name, storage=self.storage, direction="minimize", load_if_exists=True
+            )
+        else:
+            try:
+                self.study = optuna.load_study(study_name=QUEUE_PREFIX + name, storage=self.storage)
+            except KeyError:
+                raise TunekitError(f"no queue {name!r} in {url}. Queues there: {queue_names(url)}") from None
+        self.study_id = self.storage.get_study_id_from_name(QUEUE_PREFIX + name)
+
+    @property
+    def tuning_storage(self) -> str | None:
+        """Where each job's tuning study goes: this storage (RDB), or nowhere for a journal (see module doc)."""
+        return None if is_journal(self.url) else self.url
+
+    def submit(self, jobs: Iterable[Job]) -> tuple[int, int]:
+        """Enqueue the jobs not already queued, running or done (a failed job is queued again).
+
+        Returns (added, skipped). Submit from one process at a time: two submitting the same job at once may
+        both enqueue it.
+        """
+        busy = {s.job.id for s in self.jobs() if s.state != "failed"}
+        added = skipped = 0
+        for job in jobs:
+            if job.id in busy:
+                skipped += 1
+                continue
+            self.study.enqueue_trial({}, user_attrs={JOB_ATTR: job.to_json()})
+            busy.add(job.id)
+            added += 1
+        return added, skipped
+
+    def reap(self) -> None:
+        """Fail the jobs whose worker stopped sending heartbeats; Optuna's retry callback enqueues them again."""
+        if self.lease is not None:
+            with _quiet():
+                fail_stale_trials(self.study)
+
+    def claim(self, worker: str = "") -> Claim | None:
+        """Take the oldest queued job (RUNNING from now on), or None when none is queued."""
+        for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.WAITING,)):
+            if JOB_ATTR not in trial.user_attrs:
+                continue
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+            try:
+                if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
+                    continue  # another worker took it first
+            except UpdateFinishedTrialError:
+                continue
+            claim = Claim(Job.from_json(trial.user_attrs[JOB_ATTR]), trial_id)
+            if self.lease is not None:
+                assert isinstance(self.storage, RDBStorage)
+                claim.heartbeat = _Heartbeat(self.storage, trial_id, self.lease.heartbeat_s)
+            if worker:
+                self._set_attr(claim, WORKER_ATTR, worker)
+            return claim
+        return None
+
+    def complete(self, claim: Claim, entry: Entry) -> bool:
+        """Mark the job done with its result. False when its lease had lapsed (another worker has the job)."""
+        try:
+            self.storage.set_trial_user_attr(claim.trial_id, RESULT_ATTR, entry.to_json())
+            self.storage.set_trial_state_values(claim.trial_id, TrialState.COMPLETE, [entry.time_ms])
+            return True
+        except UpdateFinishedTrialError:
+            return False
+        finally:
+            claim.stop()
+
+    def fail(self, claim: Claim, reason: str) -> bool:
+        """Mark the job failed (it is not retried; submitting it again queues it again)."""
+        try:
+            self.storage.set_trial_user_attr(claim.trial_id, ERROR_ATTR, reason)
+            self.storage.set_trial_state_values(claim.trial_id, TrialState.FAIL)
+            return True
+        except UpdateFinishedTrialError:
+            return False
+        finally:
+            claim.stop()
+
+    def release(self, claim: Claim) -> None:
+        """Give the job back (the worker was interrupted): failed, and a copy queued as for a lapsed lease."""
+        claim.stop()
+        try:
+            if not self.storage.set_trial_state_values(claim.trial_id, TrialState.FAIL):
+                return
+        except UpdateFinishedTrialError:
+            return  # already done, failed or handed on
+        with _quiet():
+            retry = RetryHeartbeatStaleTrialCallback(max_retry=None)
+            retry(self.study, self.storage.get_trial(claim.trial_id))
+
+    def _set_attr(self, claim: Claim, key: str, value: Any) -> None:
+        with suppress(UpdateFinishedTrialError):
+            self.storage.set_trial_user_attr(claim.trial_id, key, value)
+
+    def jobs(self) -> list[JobStatus]:
+        """Every job of the queue, in submission order."""
+        trials: dict[str, list[FrozenTrial]] = {}
+        for trial in self.storage.get_all_trials(self.study_id, deepcopy=False):
+            data = trial.user_attrs.get(JOB_ATTR)
+            if isinstance(data, dict):
+                trials.setdefault(str(data.get("id")), []).append(trial)
+        return [_status(ts) for ts in trials.values()]
+
+    def any_running(self) -> bool:
+        return bool(self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)))
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATES, 0)
+        for status in self.jobs():
+            counts[status.state] += 1
+        return counts
+
+    def entries(self) -> list[Entry]:
+        return [s.entry for s in self.jobs() if s.entry is not None]
+
+
+def _status(trials: list[FrozenTrial]) -> JobStatus:
+    trials = sorted(trials, key=lambda t: t.number)
+    done = next((t for t in trials if t.state == TrialState.COMPLETE), None)
+    latest = done or trials[-1]
+    job = Job.from_json(latest.user_attrs[JOB_ATTR])
+    state = {
+        TrialState.WAITING: "queued",
+        TrialState.RUNNING: "running",
+        TrialState.COMPLETE: "done",
+    }.get(latest.state, "failed")
+    result = latest.user_attrs.get(RESULT_ATTR) if done is not None else None
+    return JobStatus(
+        job=job,
+        state=state,
+        attempts=sum(t.state != TrialState.WAITING for t in trials),
+        worker=str(latest.user_attrs.get(WORKER_ATTR, "")) if state != "queued" else "",
+        entry=Entry.from_json(result) if isinstance(result, dict) else None,
+        error=str(latest.user_attrs.get(ERROR_ATTR, "its worker stopped sending heartbeats, too many times"))
+        if state == "failed"
+        else "",
+    )
+
+
+def export_entries(url: str, kernel: str | None = None, device_key: str | None = None) -> list[Entry]:
+    """Every result in the storage (all queues), one entry per cache key (merged: the faster best is kept)."""
+    merged: dict[Any, Entry] = {}
+    for name in queue_names(url):
+        for entry in JobQueue(url, name, create=False).entries():
+            if kernel not in (None, entry.key.kernel) or device_key not in (None, entry.key.device_key):
+                continue
+            old = merged.get(entry.key)
+            merged[entry.key] = entry if old is None else merge_entries(old, entry)
+    return list(merged.values())
+
+
+# --- plans ------------------------------------------------------------------------------------------------------
+
+
+def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
+    """A problem dict with exactly the spec's fields, each a string, bool or int."""
+    if not isinstance(problem, dict) or sorted(problem) != sorted(spec.problem_fields):
+        got = sorted(problem) if isinstance(problem, dict) else type(problem).__name__
+        raise TunekitError(f"a {spec.name} problem has exactly the fields {sorted(spec.problem_fields)}, but got {got}")
+    for name, value in problem.items():
+        if not isinstance(value, (str, bool, int)):
+            raise TunekitError(f"{spec.name} problem field {name!r} must be a string, bool or int, but got {value!r}")
+    return dict(problem)
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if isinstance(value, str):
+        parts: list[Any] = value.lower().replace("*", "x").split("x")
+        try:
+            parts = [int(p) for p in parts]
+        except ValueError:
+            parts = []
+    else:
+        parts = value if isinstance(value, list) else []
+    if not parts or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in parts):
+        raise InvalidShapeError(f"'shape' must be positive integers, as a list or joined by 'x', but got {value!r}")
+    return tuple(parts)
+
+
+def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
+    """(kernel, problem) from one plan item: {"kernel", "problem": {...}} or {"kernel", "shape", "dtype"}."""
+    from tunekit.registry import get_spec
+
+    if not isinstance(data, dict) or not isinstance(data.get("kernel"), str):
+        raise TunekitError('each item must be an object with a "kernel" name')
+    spec = get_spec(data["kernel"])
+    extra = sorted(set(data) - {"kernel", "problem", "shape", "dtype"})
+    if extra:
+        raise TunekitError(f'unknown fields {extra}: an item has "kernel" and "problem", or "shape" and "dtype"')
+    if "problem" in data:
+        if "shape" in data or "dtype" in data:
+            raise TunekitError('give "problem", or "shape" and "dtype", not both')
+        return spec.name, check_problem(spec, data["problem"])
+    if "shape" not in data or not isinstance(data.get("dtype"), str):
+        raise TunekitError(f'give "problem", or "shape" ({spec.shape_help or "see tunekit show"}) and a "dtype" string')
+    return spec.name, check_problem(spec, spec.problem_from_shape(_shape(data["shape"]), data["dtype"]))
+
+
+def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
+    """A plan file: JSON lines (blank and '#' lines skipped) or one JSON list. Duplicates are dropped."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TunekitError(f"cannot read the plan {path}: {exc}") from None
+    items: list[tuple[int, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            items = list(enumerate(json.loads(text), 1))
+        except ValueError as exc:
+            raise TunekitError(f"{path} is not valid JSON: {exc}") from None
+        where = "item"
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                try:
+                    items.append((number, json.loads(line)))
+                except ValueError as exc:
+                    raise TunekitError(f"{path} line {number}: not valid JSON: {exc}") from None
+        where = "line"
+    plan: dict[str, tuple[str, dict[str, Value]]] = {}
+    for number, data in items:
+        try:
+            kernel, problem = plan_item(data)
+        except TunekitError as exc:
+            raise type(exc)(f"{path} {where} {number}: {exc}") from None
+        plan.setdefault(plan_line(kernel, problem), (kernel, problem))
+    if not plan:
+        raise TunekitError(f"{path} holds no problems")
+    return list(plan.values())
+
+
+# --- the worker -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerReport:
+    done: int = 0
+    failed: int = 0
+    lost: int = 0  # leases that lapsed while this worker tuned: the job went to another worker
+
+
+def run_job(job: Job, store: Store, tuning_storage: str | None) -> tuple[Entry, TuneReport]:
+    """Tune one job on this process's device; the result is merged into `store` (the device-keyed cache)."""
+    from tunekit.cache_key import CacheKey
+    from tunekit.device import fingerprint
+    from tunekit.registry import get_spec
+    from tunekit.tuner import TuneOptions, tune
+
+    spec = get_spec(job.kernel)
+    problem = check_problem(spec, job.problem)
+    device = fingerprint()
+    options = TuneOptions(
+        trials=job.trials, timeout_s=job.timeout_s, sampler=job.sampler, seed=job.seed, storage=tuning_storage
+    )
+    key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    report = tune(
+        spec, problem, device, options, previous=store.get(key), warm_start=store.related(key), checkpoint=store.put
+    )
+    return store.put(report.entry), report
+
+
+def work(
+    url: str,
+    queue: str = "default",
+    lease: Lease | None = None,
+    *,
+    max_jobs: int | None = None,
+    say: Callable[[str], None] = print,
+) -> WorkerReport:
+    """Claim, tune and complete jobs until none is queued or running (or `max_jobs` were taken).
+
+    With leases, an idle worker keeps polling while other workers' jobs run: a job whose worker dies comes back.
+    """
+    from tunekit.device import fingerprint
+    from tunekit.store import Store
+
+    q = JobQueue(url, queue, lease)
+    device = fingerprint()
+    me = f"{socket.gethostname()}:{os.getpid()} {device.label} ({device.key[:8]})"
+    report = WorkerReport()
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    say(f"worker {me}: queue {queue!r} at {url}" + (f", CUDA_VISIBLE_DEVICES={gpu}" if gpu is not None else ""))
+    with Store() as store:
+        while max_jobs is None or report.done + report.failed + report.lost < max_jobs:
+            q.reap()
+            claim = q.claim(me)
+            if claim is None:
+                if q.lease is not None and q.any_running():
+                    time.sleep(_IDLE_POLL_S)  # short: the last job's end is also when every worker may exit
+                    continue
+                break
+            start = time.monotonic()
+            try:
+                entry, tuned = run_job(claim.job, store, q.tuning_storage)
+            except Exception as exc:  # the job's failure, not the worker's: recorded, and on to the next
+                reason = str(exc) if isinstance(exc, TunekitError) else f"{type(exc).__name__}: {exc}"
+                if not isinstance(exc, TunekitError):
+                    logger.exception("tunekit: job %s raised", claim.job.describe())
+                q.fail(claim, reason)
+                report.failed += 1
+                say(f"  {claim.job.describe()}: failed: {reason}")
+                continue
+            except BaseException:  # KeyboardInterrupt (Ctrl-C, SIGTERM), SystemExit: hand the job on, then stop
+                q.release(claim)
+                raise
+            elapsed = time.monotonic() - start
+            if q.complete(claim, entry):
+                report.done += 1
+                say(
+                    f"  {claim.job.describe()}: done in {elapsed:.1f} s, best {entry.time_ms:.4f} ms "
+                    f"({tuned.benchmarked} new, {tuned.reused} reused)"
+                )
+            else:
+                report.lost += 1
+                say(f"  {claim.job.describe()}: lease lapsed while tuning; another worker has the job")
+    say(f"worker {me}: {report.done} done, {report.failed} failed, {report.lost} handed on")
+    return report
+
+
+def gpu_slots() -> list[str]:
+    """The GPUs local workers are pinned to, one each (CUDA_VISIBLE_DEVICES values); none in the interpreter."""
+    from tunekit import backend
+
+    if backend.INTERPRETED:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = None) -> list[int]:
+    """Run `n` worker processes here (worker i on GPU i, round robin), wait for all; their exit statuses.
+
+    Interrupted (Ctrl-C), the workers still running are sent SIGTERM: each gives its job back to the queue.
+    """
+    lease = lease or Lease()
+    slots = gpu_slots()
+    command = [sys.executable, "-m", "tunekit.cli", "worker", "--storage", url, "--queue", queue]
+    command += ["--heartbeat", str(lease.heartbeat_s), "--lease", str(lease.timeout_s)]
+    command += ["--max-retries", str(lease.max_retries)]
+    procs: list[subprocess.Popen[bytes]] = []
+    previous = signal.getsignal(signal.SIGTERM)
+    with suppress(ValueError):  # not the main thread: Ctrl-C alone stops the workers
+        signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the workers are stopped as for Ctrl-C
+    try:
+        for i in range(n):
+            env = dict(os.environ)
+            if slots:
+                env["CUDA_VISIBLE_DEVICES"] = slots[i % len(slots)]
+            procs.append(subprocess.Popen(command, env=env))
+        return [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        with suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
+
+
+def stop_as_interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
