@@ -24,3 +24,18 @@ def test_shipped_entries_are_loaded_but_not_served_on_another_device():
     loaded = shipped_entries()
     assert len(loaded) == sum(len(read_document(p)) for p in SHIPPED)
     assert all(key.device_key != fingerprint().key for key in loaded)  # here: the interpreter
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_entries_match_the_current_kernel_sources(path):
+    """A kernel edit retires its shipped entries silently at run time; here it fails loudly instead.
+
+    Re-tune the kernel on that device and re-export, or (only for edits that cannot change the generated code,
+    such as import order) rewrite the entries' source_hash and say so in their provenance.
+    """
+    from tunekit.registry import get_spec
+
+    stale = sorted(
+        {e.key.kernel for e in read_document(path) if e.key.source_hash != get_spec(e.key.kernel).source_hash}
+    )
+    assert not stale, f"{path.name}: entries measured with older sources of {stale}"
