@@ -15,9 +15,9 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device
+from tunekit.ops._checks import check_device, check_same_device, dtype_name
 from tunekit.search_spaces.pointwise import ACTIVATIONS
-from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
+from tunekit.spec import row_bucket
 
 _POINTWISE = dispatcher("pointwise")
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
@@ -40,9 +40,7 @@ def _validate(
     """Refuse anything the kernel would get wrong; return input's dtype name."""
     if not isinstance(input, torch.Tensor):
         raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
-    dtype = DTYPE_NAMES.get(input.dtype)  # not _checks.dtype_name: it sorts torch.dtype keys, a TypeError
-    if dtype is None:
-        raise InvalidInputError(f"input dtype must be one of {sorted(DTYPES)}, but got {input.dtype}")
+    dtype = dtype_name(input, "input")
     check_device(input, "input")
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise InvalidInputError(f"activation must be one of {list(ACTIVATIONS)}, but got {activation!r}")
