@@ -88,8 +88,10 @@ class IsolatedBench:
         timer: dict[str, Any],
         timeout_s: float,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        label: str = "",
     ) -> None:
         self.spec = spec
+        self.label = label  # the timer's label, recorded in entries' provenance
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self.restarts = 0  # workers replaced after a hang, a death or a corrupted context

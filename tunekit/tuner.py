@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import optuna
 
@@ -83,6 +83,45 @@ class TuneReport:
     warm_started: int = 0  # configs of related entries (another source or device) tried early
 
 
+class Bench(Protocol):
+    """Where candidates are measured: in this process, in an isolated worker, or a simulated device.
+
+    `measure` verifies then times a candidate (verification inputs seeded `verify_seed`); `retime` times a
+    config measured before, without verifying it again.
+    """
+
+    label: str
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord: ...
+
+    def retime(self, config: Config) -> TrialRecord: ...
+
+
+class InProcessBench:
+    """Candidates run in the tuner's own process on shared bench inputs (the interpreter and custom timers)."""
+
+    def __init__(self, spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> None:
+        self.spec = spec
+        self.problem = problem
+        self.timer = timer
+        self.label = timer.label
+        self.torch_device = backend.torch_device()
+        self.inputs = spec.make_inputs(problem, self.torch_device, seed)
+        self.outputs = spec.alloc_outputs(self.inputs)
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
+        return measure(
+            self.spec, config, self.problem, self.torch_device, self.inputs, self.outputs, self.timer, verify_seed
+        )
+
+    def retime(self, config: Config) -> TrialRecord:
+        try:
+            ms = self.timer(functools.partial(self.spec.launch, config, self.inputs, self.outputs), config)
+        except KNOWN_KERNEL_FAILURES as exc:
+            return failure(config, exc)
+        return TrialRecord(dict(config), "ok", time_ms=float(ms))
+
+
 def study_name(key: CacheKey) -> str:
     return f"tunekit:{key.kernel}:{key.device_key}:{key.source_hash}:{digest(key.to_json()['problem'])}"
 
@@ -126,16 +165,21 @@ def tune(
     on_trial: Callable[[TrialRecord, int], None] | None = None,
     checkpoint: Callable[[Entry], object] | None = None,
     warm_start: Iterable[Entry] = (),
+    bench: Bench | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> TuneReport:
     """Search `spec`'s space for `problem` on `device`.
 
     `previous` (a cached entry) supplies trials already measured; `checkpoint` receives the entry so far after
     every new measurement (the CLI stores it); `warm_start` entries (the same problem tuned for another kernel
     source or device, `Store.related`) have their best configs measured early, right after the heuristic.
+    `bench` replaces where candidates run (the caller owns and closes it; tunekit.simulate passes a recorded
+    device) and `clock` what the time budget reads (a simulated clock there).
     """
     options = options or TuneOptions()
     timer = timer or default_timer()
-    start = time.monotonic()
+    clock = clock or time.monotonic
+    start = clock()
     key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
     valid = spec.space.valid_configs(problem, device)
     if not valid:
@@ -170,43 +214,29 @@ def tune(
 
     idle = 0
     n_valid = len(valid)
-    measure_one: Callable[[Config], TrialRecord]
-    retime: Callable[[Config], TrialRecord]
-    bench: IsolatedBench | None = None
-    if timer_json is not None:
-        from tunekit.isolation import IsolatedBench
+    owned: IsolatedBench | None = None
+    if bench is None:
+        if timer_json is not None:
+            from tunekit.isolation import IsolatedBench
 
-        bench = IsolatedBench(spec, problem, options.seed, timer_json, options.candidate_timeout_s)
-        report.isolated = True
-        isolated = bench
+            owned = IsolatedBench(
+                spec, problem, options.seed, timer_json, options.candidate_timeout_s, label=timer.label
+            )
+            report.isolated = True
+            bench = owned
+        else:
+            bench = InProcessBench(spec, problem, options.seed, timer)
+    active = bench
 
-        def measure_one(config: Config) -> TrialRecord:
-            return isolated.measure(config, rng.randrange(2**31))
-
-        retime = isolated.retime
-    else:
-        torch_device = backend.torch_device()
-        inputs = spec.make_inputs(problem, torch_device, options.seed)
-        outputs = spec.alloc_outputs(inputs)
-        in_process_timer = timer
-
-        def measure_one(config: Config) -> TrialRecord:
-            seed = rng.randrange(2**31)
-            return measure(spec, config, problem, torch_device, inputs, outputs, in_process_timer, seed)
-
-        def retime(config: Config) -> TrialRecord:
-            try:
-                ms = in_process_timer(functools.partial(spec.launch, config, inputs, outputs), config)
-            except KNOWN_KERNEL_FAILURES as exc:
-                return failure(config, exc)
-            return TrialRecord(dict(config), "ok", time_ms=float(ms))
+    def measure_one(config: Config) -> TrialRecord:
+        return active.measure(config, rng.randrange(2**31))
 
     try:
         while True:
             if report.benchmarked >= options.trials:
                 report.stop_reason = "trial budget"
                 break
-            if options.timeout_s is not None and time.monotonic() - start >= options.timeout_s:
+            if options.timeout_s is not None and clock() - start >= options.timeout_s:
                 report.stop_reason = "time budget"
                 break
             if sum(1 for c in valid if c in seen) >= n_valid:
@@ -239,22 +269,22 @@ def tune(
                 ok = seen.ok()
                 if checkpoint is not None and ok:
                     # Saved after every measurement: a killed run loses at most the trial in flight.
-                    checkpoint(_entry(key, ok[0], device, options, timer, seen))
+                    checkpoint(_entry(key, ok[0], device, options, active.label, seen))
             trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
             # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
             study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
 
-        best = _confirm_best(seen, options.remeasure_top, retime)
+        best = _confirm_best(seen, options.remeasure_top, active.retime)
     finally:
-        if bench is not None:
-            bench.close()
-            report.restarts = bench.restarts
+        if owned is not None:
+            owned.close()
+            report.restarts = owned.restarts
     if best is None:
         raise TunekitError(
             f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
         )
-    report.elapsed_s = time.monotonic() - start
-    report.entry = _entry(key, best, device, options, timer, seen)
+    report.elapsed_s = clock() - start
+    report.entry = _entry(key, best, device, options, active.label, seen)
     return report
 
 
@@ -296,7 +326,12 @@ def _warm_configs(
 
 
 def _entry(
-    key: CacheKey, best: TrialRecord, device: DeviceFingerprint, options: TuneOptions, timer: Timer, seen: _Candidates
+    key: CacheKey,
+    best: TrialRecord,
+    device: DeviceFingerprint,
+    options: TuneOptions,
+    timer_label: str,
+    seen: _Candidates,
 ) -> Entry:
     return Entry(
         key=key,
@@ -307,7 +342,7 @@ def _entry(
             "tunekit_version": VERSION,
             "strategy": options.sampler,
             "trials": len(seen.by_id),
-            "timer": timer.label,
+            "timer": timer_label,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "origin": "local",
         },
