@@ -37,7 +37,6 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-
 def reference64(
     x: torch.Tensor,
     bias: torch.Tensor | None,

@@ -13,12 +13,22 @@ def _tpe(seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8)
 
 
+def _gp(seed: int) -> optuna.samplers.BaseSampler:
+    try:
+        import scipy  # noqa: F401  # Optuna's GPSampler imports it lazily, at the first trial
+    except ImportError as exc:
+        raise TunekitError("the gp strategy needs scipy: pip install 'tunekit[gp]'") from exc
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
+
+
 def _random(seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=seed)
 
 
 SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
+    "model": _tpe,  # TPE over the configs the quantization model keeps, its top-modelled configs first
     "tpe": _tpe,
+    "gp": _gp,
     "random": _random,
     "exhaustive": _random,  # only answers after the enqueued configs run out, which exhaustive never reaches
 }

@@ -162,7 +162,7 @@ def tune(
     *,
     timer: Timer | None = None,
     previous: Entry | None = None,
-    on_trial: Callable[[TrialRecord, int], None] | None = None,
+    on_trial: Callable[[TrialRecord, int], bool | None] | None = None,
     checkpoint: Callable[[Entry], object] | None = None,
     warm_start: Iterable[Entry] = (),
     bench: Bench | None = None,
@@ -173,6 +173,7 @@ def tune(
     `previous` (a cached entry) supplies trials already measured; `checkpoint` receives the entry so far after
     every new measurement (the CLI stores it); `warm_start` entries (the same problem tuned for another kernel
     source or device, `Store.related`) have their best configs measured early, right after the heuristic.
+    `on_trial(record, n)` sees every new measurement; returning True ends the search there.
     `bench` replaces where candidates run (the caller owns and closes it; tunekit.simulate passes a recorded
     device) and `clock` what the time budget reads (a simulated clock there).
     """
@@ -231,8 +232,12 @@ def tune(
     def measure_one(config: Config) -> TrialRecord:
         return active.measure(config, rng.randrange(2**31))
 
+    stop_requested = False  # on_trial returned True: the caller has seen enough (the efficiency benchmark)
     try:
         while True:
+            if stop_requested:
+                report.stop_reason = "stopped by caller"
+                break
             if report.benchmarked >= options.trials:
                 report.stop_reason = "trial budget"
                 break
@@ -264,8 +269,8 @@ def tune(
                 report.benchmarked += 1
                 report.records.append(record)
                 idle = 0
-                if on_trial is not None:
-                    on_trial(record, report.benchmarked)
+                if on_trial is not None and on_trial(record, report.benchmarked):
+                    stop_requested = True
                 ok = seen.ok()
                 if checkpoint is not None and ok:
                     # Saved after every measurement: a killed run loses at most the trial in flight.
