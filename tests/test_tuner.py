@@ -100,7 +100,7 @@ def test_bad_options_are_refused():
 
 
 def test_unknown_sampler_lists_valid_ones(toy):
-    with pytest.raises(TunekitError, match=r"Available: \['exhaustive', 'random', 'tpe'\]"):
+    with pytest.raises(TunekitError, match=r"Available: \['exhaustive', 'gp', 'model', 'random', 'tpe'\]"):
         tune(toy, PROBLEM, fingerprint(), TuneOptions(sampler="annealing"), timer=PlantedTimer())
 
 
