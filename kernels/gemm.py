@@ -37,7 +37,7 @@ from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.search_spaces import gemm as gemm_space
 from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, is_aligned16, next_pow2, smem_bytes
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, source_digest
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -830,7 +830,7 @@ def make_problem(
 ) -> Problem:
     """The problem of contiguous operands of these sizes (M bucketed, alignment from the exact sizes)."""
     return {
-        "m": row_bucket(m),
+        "m": m,
         "n": n,
         "k": k,
         "dtype": dtype,
@@ -858,9 +858,10 @@ def default_problems(device: DeviceFingerprint) -> list[Problem]:
     # The interpreter runs every program in Python: tiny problems, tuned in seconds.
     if device.is_interpreter:
         return [
-            # K >= 64 so that splitk (K >= 2 * SPLIT_K * BLOCK_K) is explored too; 72 is no multiple of 16.
-            make_problem(32, 32, 64, "float32", activation="relu", has_bias=True),
-            make_problem(17, 33, 72, "float16", b_layout="col", has_residual=True),
+            # K >= 128 so that splitk (K >= 2 * SPLIT_K * BLOCK_K, BLOCK_K >= 32) is explored too; 136 is no
+            # multiple of 16.
+            make_problem(32, 32, 128, "float32", activation="relu", has_bias=True),
+            make_problem(17, 33, 136, "float16", b_layout="col", has_residual=True),
         ]
     return [
         make_problem(4096, 4096, 4096, "bfloat16", activation="gelu", has_bias=True),
@@ -880,7 +881,7 @@ _SAFE = {
     "GROUP_M": 1,
     "SPLIT_K": 1,
     "num_warps": 4,
-    "num_stages": 2,
+    "num_stages": 3,
 }
 
 
@@ -898,15 +899,16 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
         edge_m, edge_n, bk, stages = 64, 64, 128 if wide else 64, 5
     else:
         edge_m, edge_n, bk, stages = 128, 256 if wide else 128, 64 if wide else 32, 4 if wide else 3
-    bm = min(edge_m, max(16, next_pow2(m)))
-    bn = min(edge_n, max(16, next_pow2(n)))
+    # Tensor-core tiles are at least 64 wide unless the problem itself is smaller (the space's block_*_at_least_64).
+    bm = max(min(edge_m, max(16, next_pow2(m))), min(64, next_pow2(m)))
+    bn = max(min(edge_n, max(16, next_pow2(n))), min(64, next_pow2(n)))
     bk = min(bk, max(16, next_pow2(k)))
     grouped: dict = {
         "variant": "grouped",
         "BLOCK_M": bm,
         "BLOCK_N": bn,
         "BLOCK_K": bk,
-        "GROUP_M": 8,
+        "GROUP_M": 1 if triton.cdiv(m, bm) == 1 else 8,
         "SPLIT_K": 1,
         "num_warps": 8 if bm * bn >= 128 * 128 else 4,
         "num_stages": stages,
@@ -915,16 +917,16 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     if device.sm_count > 0:  # few tiles and a long K: split K until the programs fill the SMs
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         split = 1
-        while split < 16 and tiles * split * 2 <= device.sm_count and k >= 2 * (split * 2) * bk:
+        while split < 8 and tiles * split * 2 <= device.sm_count and k >= 2 * (split * 2) * bk:
             split *= 2
         if split > 1:
             candidates.insert(0, dict(grouped, variant="splitk", SPLIT_K=split))
     for config in candidates:
-        while config["num_stages"] > 2 and not SPACE.is_valid(config, problem, device):
+        while config["num_stages"] > 3 and not SPACE.is_valid(config, problem, device):
             config["num_stages"] -= 1
         if SPACE.is_valid(config, problem, device):
             return config
-    return dict(_SAFE)
+    return next(iter(SPACE.valid_configs(problem, device)), dict(_SAFE))
 
 
 def bytes_moved(problem: Problem) -> int:

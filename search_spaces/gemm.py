@@ -12,7 +12,13 @@ Four variants, one kernel function each:
   like `persistent`. Only where the device has TMA (NVIDIA, compute capability >= 9.0) and strides are 16-byte
   aligned.
 
-The problem is a mapping with keys m (a power-of-two bucket of M), n, k (exact), dtype, a_layout / b_layout
+The space is sized so that an exhaustive sweep of one shape takes minutes on an H200 (150-400 valid configs for
+the shapes in the recorded timing tables, cache/timings/): parameters whose value cannot change the kernel are
+pinned by rules (GROUP_M where there is one row of tiles, SPLIT_K outside splitk), and tile sizes that cannot win
+are ruled out (tensor-core tiles under 64 where the problem is larger, splitk where the tiles alone fill the GPU).
+
+The problem is a mapping with keys m, n, k (exact; problems that quantize alike share results through the
+tuner's quantization signature, tunekit.model), dtype, a_layout / b_layout
 ("row" or "col"), activation, has_bias, has_residual and aligned16 (see `is_aligned16`).
 """
 
@@ -68,6 +74,34 @@ def smem_bytes(config: Config, problem: Problem) -> int:
     """Shared memory the software pipeline buffers: num_stages tiles of A and of B."""
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     return int(config["num_stages"]) * (bm * bk + bk * bn) * ELEMENT_BYTES[str(problem["dtype"])]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _group_m_canonical(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    one_row_of_tiles = _cdiv(int(problem["m"]), int(config["BLOCK_M"])) == 1
+    return (int(config["GROUP_M"]) == 1) == one_row_of_tiles
+
+
+def _block_k_16_for_short_k(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_K"]) > 16 or next_pow2(int(problem["k"])) <= 16
+
+
+def _block_m_at_least_64(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_M"]) >= min(64, next_pow2(int(problem["m"])))
+
+
+def _block_n_at_least_64(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    return int(config["BLOCK_N"]) >= min(64, next_pow2(int(problem["n"])))
+
+
+def _splitk_few_tiles(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] != "splitk" or device.sm_count == 0:
+        return True
+    tiles = _cdiv(int(problem["m"]), int(config["BLOCK_M"])) * _cdiv(int(problem["n"]), int(config["BLOCK_N"]))
+    return tiles < device.sm_count
 
 
 def _splitk_iff_split(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -128,10 +162,10 @@ SPACE = SearchSpace(
         PowerOfTwo("BLOCK_M", 16, 256),
         PowerOfTwo("BLOCK_N", 16, 256),
         PowerOfTwo("BLOCK_K", 16, 128),
-        Choice("GROUP_M", (1, 4, 8, 16)),
-        PowerOfTwo("SPLIT_K", 1, 16),
+        Choice("GROUP_M", (1, 8)),
+        PowerOfTwo("SPLIT_K", 1, 8),
         PowerOfTwo("num_warps", 4, 8),
-        Choice("num_stages", (2, 3, 4, 5)),
+        Choice("num_stages", (3, 4, 5)),
     ),
     rules=(
         Rule(
@@ -139,6 +173,34 @@ SPACE = SearchSpace(
             _splitk_iff_split,
             why="SPLIT_K only means something to the splitk variant, and splitk with SPLIT_K=1 is grouped plus an "
             "extra reduction pass",
+        ),
+        Rule(
+            "splitk_only_when_tiles_do_not_fill_the_gpu",
+            _splitk_few_tiles,
+            why="split K only where the output tiles number fewer than the SMs (skinny M, few tiles): otherwise the "
+            "tiles fill the GPU and the split only adds the fp32 workspace round trip",
+        ),
+        Rule(
+            "group_m_8_unless_one_row_of_tiles",
+            _group_m_canonical,
+            why="GROUP_M bands tile rows so neighbours share B in L2 (8 rows, Triton's tutorial value); with one row "
+            "of tiles there is nothing to group and GROUP_M=1 is the same kernel",
+        ),
+        Rule(
+            "block_k_16_only_for_short_k",
+            _block_k_16_for_short_k,
+            why="16-deep K steps halve the work per shared-memory load against 32; only where K itself is <= 16",
+        ),
+        Rule(
+            "block_m_at_least_64",
+            _block_m_at_least_64,
+            why="BLOCK_M >= min(64, next_pow2(M)): Hopper's warpgroup MMA works on 64-row tiles; smaller tiles only "
+            "for problems that small (skinny M)",
+        ),
+        Rule(
+            "block_n_at_least_64",
+            _block_n_at_least_64,
+            why="BLOCK_N >= min(64, next_pow2(N)): narrower tiles reload A for every 16 or 32 columns",
         ),
         Rule(
             "splitk_needs_long_k",

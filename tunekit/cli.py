@@ -541,6 +541,57 @@ def bench(
         json_out.write_text(json.dumps(payload, indent=1))
 
 
+@command("record")
+def record_cmd(
+    kernel: KernelOpt,
+    shape: ShapeOpt = None,
+    dtype: DtypeOpt = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Tables file (default: cache/timings/<device>/<kernel>.json.gz).")
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Processes compiling configs in parallel.")] = 8,
+    cold_cache: Annotated[
+        Path | None, typer.Option("--cold-cache", help="An empty directory for Triton's cache: cold compile times.")
+    ] = None,
+) -> None:
+    """Exhaustive sweep: compile, verify and time every valid config on this GPU; save the timing tables."""
+    import statistics
+
+    from tunekit.bench import CudaEventTimer
+    from tunekit.device import fingerprint
+    from tunekit.record import cold_triton_cache, merge_tables, record_table
+    from tunekit.registry import get_spec
+    from tunekit.timing_table import TIMINGS_DIR, load_tables, save_tables
+
+    if cold_cache is not None:
+        cold_triton_cache(str(cold_cache))
+    spec = get_spec(kernel)
+    path = out or TIMINGS_DIR / fingerprint().label / f"{kernel}.json.gz"
+    tables = []
+    summary = Table(title=f"{kernel}: timing tables -> {path}")
+    for col in ("problem", "configs", "ok", "wrong", "failed", "best ms", "median ms", "compile s (median)"):
+        summary.add_column(col)
+    for problem in _problems(kernel, shape, dtype):
+        table = record_table(spec, problem, CudaEventTimer(), workers=workers)
+        tables.append(table)
+        ok = table.ok_rows()
+        compiles = [r.compile_s for r in table.rows if r.compile_s is not None]
+        status = [r.status for r in table.rows]
+        summary.add_row(
+            spec.describe_problem(problem),
+            str(len(table.rows)),
+            str(status.count("ok")),
+            str(status.count("wrong")),
+            str(status.count("failed")),
+            f"{ok[0].time_ms:.4f}" if ok else "-",
+            f"{ok[len(ok) // 2].time_ms:.4f}" if ok else "-",
+            f"{statistics.median(compiles):.2f}" if compiles else "-",
+        )
+        old = load_tables(path) if path.exists() else []
+        save_tables(path, merge_tables(old, [table]))  # after every problem: a killed run keeps what it has
+    console.print(summary)
+
+
 @command()
 def devices() -> None:
     """The devices tunekit sees, with their fingerprints and cache keys."""

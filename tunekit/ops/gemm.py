@@ -21,7 +21,6 @@ from tunekit.errors import InvalidInputError
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
 from tunekit.ops._checks import check_device, check_same_device, dtype_name
 from tunekit.search_spaces.gemm import is_aligned16
-from tunekit.spec import row_bucket
 
 __all__ = ["linear", "matmul"]
 
@@ -102,7 +101,7 @@ def _gemm_2d(
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
     aligned = is_aligned16(m, n, k, a_layout) and tensors_aligned16(a, b, out, bias, residual)
     key = (
-        row_bucket(m),
+        m,
         n,
         k,
         dtype_name(a, "a"),
