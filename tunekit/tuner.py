@@ -18,16 +18,17 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import optuna
 
-from tunekit import __version__, backend
+from tunekit import __version__, backend, model
 from tunekit.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.cache_key import CacheKey
 from tunekit.canonical import digest
 from tunekit.device import DeviceFingerprint
+from tunekit.device_limits import DeviceLimits, device_limits
 from tunekit.entry import Entry, TrialRecord
 from tunekit.errors import InvalidConfigError, TunekitError
 from tunekit.samplers import DEFAULT_SAMPLER, make_sampler
@@ -81,6 +82,8 @@ class TuneReport:
     isolated: bool = False
     restarts: int = 0  # isolated workers replaced after a hang, a crash or a corrupted device context
     warm_started: int = 0  # configs of related entries (another source or device) tried early
+    model_pruned: int = 0  # configs the quantization model ruled out before the search
+    shared_from: str | None = None  # the problem whose entry this one shares (same quantization signature)
 
 
 class Bench(Protocol):
@@ -167,6 +170,8 @@ def tune(
     warm_start: Iterable[Entry] = (),
     bench: Bench | None = None,
     clock: Callable[[], float] | None = None,
+    limits: DeviceLimits | None = None,
+    tuned: Iterable[Entry] = (),
 ) -> TuneReport:
     """Search `spec`'s space for `problem` on `device`.
 
@@ -176,6 +181,12 @@ def tune(
     `on_trial(record, n)` sees every new measurement; returning True ends the search there.
     `bench` replaces where candidates run (the caller owns and closes it; tunekit.simulate passes a recorded
     device) and `clock` what the time budget reads (a simulated clock there).
+
+    The `model` strategy reads the quantization model (tunekit.model) with `limits` (default: the current
+    GPU's): it prunes configs that cannot launch or are hopeless, measures the top-modelled configs first, and
+    uses `tuned` (entries of other problems of this kernel, source and device): a problem with the same
+    quantization signature shares that entry without measuring anything, else the nearest tuned problem's best
+    configs are measured early.
     """
     options = options or TuneOptions()
     timer = timer or default_timer()
@@ -185,6 +196,11 @@ def tune(
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
+    guide = _ModelGuide.make(spec, problem, device, options, limits, tuned)
+    if guide is not None and guide.shared is not None:
+        return _shared_report(key, guide.shared, clock() - start)
+    if guide is not None:
+        valid = guide.order(valid)
     timer_json = _isolation(options, timer)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -200,13 +216,20 @@ def tune(
     seen = _Candidates(list(previous.trials if previous else ()) + _records_from_study(study))
     rng = random.Random(options.seed)
     unseen = [c for c in valid if c not in seen]
-    rng.shuffle(unseen)
+    if guide is None:
+        rng.shuffle(unseen)  # with the model, unseen stays in modelled order: the idle fallback follows it
+    allowed = {config_id(c) for c in valid}
     # The heuristic default goes first, so a tuned result is never worse than the untuned one.
     heuristic = dict(spec.heuristic(problem, device))
     queue = [heuristic] if heuristic not in seen else []
-    warm = _warm_configs(spec, problem, device, warm_start, seen, queue)
+    warm = _warm_configs(spec, problem, device, [*warm_start, *(guide.nearest if guide else ())], seen, queue)
     queue += warm
     report = TuneReport(entry=None, warm_started=len(warm))  # type: ignore[arg-type]  # filled below
+    if guide is not None:
+        report.model_pruned = guide.pruned
+        queued = {config_id(c) for c in queue}
+        queue += [c for c in guide.seeds if config_id(c) not in queued and c not in seen]
+    allowed |= {config_id(c) for c in queue}  # the heuristic is measured even where the model would prune it
     if options.sampler == "exhaustive":
         queued = {config_id(c) for c in queue}
         queue += [c for c in unseen if config_id(c) not in queued]
@@ -247,6 +270,10 @@ def tune(
             if sum(1 for c in valid if c in seen) >= n_valid:
                 report.stop_reason = "space exhausted"
                 break
+            if guide is not None and not _waiting(study):
+                step = guide.next_config(seen)
+                if step is not None:
+                    study.enqueue_trial(spec.space.encode(step))
             if idle >= _MAX_IDLE_ASKS:
                 # The sampler keeps proposing invalid or measured configs: hand it an unseen valid one.
                 fresh = next(c for c in unseen if c not in seen)
@@ -254,7 +281,7 @@ def tune(
                 idle = 0
             trial = study.ask()
             config = spec.space.suggest(trial)
-            if not spec.space.is_valid(config, problem, device):
+            if config_id(config) not in allowed:  # breaks a rule of the space, or the model pruned it
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 report.pruned += 1
                 idle += 1
@@ -291,6 +318,94 @@ def tune(
     report.elapsed_s = clock() - start
     report.entry = _entry(key, best, device, options, active.label, seen)
     return report
+
+
+MODEL_SEEDS = 8  # top-modelled configs measured right after the heuristic (one per tile family first)
+
+
+@dataclass
+class _ModelGuide:
+    """What the quantization model contributes to one search (the `model` strategy)."""
+
+    kept: list[dict[str, Value]]  # valid configs the model did not prune, best modelled first
+    pruned: int
+    seeds: list[dict[str, Value]]
+    nearest: list[Entry]  # the nearest tuned problem's entry, for warm-starting
+    shared: Entry | None  # an entry of a problem with the same quantization signature
+
+    @classmethod
+    def make(
+        cls,
+        spec: KernelSpec,
+        problem: Problem,
+        device: DeviceFingerprint,
+        options: TuneOptions,
+        limits: DeviceLimits | None,
+        tuned: Iterable[Entry],
+    ) -> _ModelGuide | None:
+        if options.sampler != "model":
+            return None
+        if limits is None and not device.is_interpreter:
+            limits = device_limits()
+        if limits is None or model.kernel_model(spec.name) is None:
+            return None  # the interpreter has no SMs to model; the strategy is plain TPE there
+        arch = model.arch_for(device.compute_capability)
+        scope = (spec.name, spec.source_hash, device.key)
+        others = [e for e in tuned if e.key.scope == scope and dict(e.key.problem) != dict(problem)]
+        mine = model.signature(spec.name, problem, spec.space, limits, device=device)
+        for entry in others:
+            theirs = model.signature(spec.name, dict(entry.key.problem), spec.space, limits, device=device)
+            if theirs == mine and spec.space.is_valid(entry.config, problem, device):
+                return cls([], 0, [], [], entry)
+        valid = spec.space.valid_configs(problem, device)
+        pruning = model.prune(spec.name, valid, problem, limits, arch=arch)
+        ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch)
+        kept = [q.config for q in ranked] if ranked is not None else valid
+        seeds = model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch) or []
+        from tunekit.dispatch import nearest_entry  # dispatch imports the tuner lazily too
+
+        near = nearest_entry(spec, problem, device, others)
+        return cls(kept, len(pruning.pruned) if pruning else 0, seeds, [near] if near else [], None)
+
+    def order(self, valid: list[dict[str, Value]]) -> list[dict[str, Value]]:
+        return self.kept or valid
+
+    def next_config(self, seen: _Candidates) -> dict[str, Value] | None:
+        """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter
+        changed, plus the parameters the space's rules then pin), best modelled first. None once every
+        neighbour of the incumbent is measured: the sampler takes over.
+        """
+        ok = seen.ok()
+        if not ok:
+            return None
+        incumbent = ok[0].config
+        for config in self.kept:
+            if config not in seen and _neighbours(config, incumbent):
+                return config
+        return None
+
+
+# Parameters a space's rules may pin once another changes (SPLIT_K with the variant, GROUP_M with BLOCK_M): a
+# move that changes one of these alongside one other parameter still counts as one step.
+_DEPENDENT_PARAMS = frozenset({"SPLIT_K", "GROUP_M"})
+
+
+def _neighbours(a: Config, b: Config) -> bool:
+    changed = {name for name in a if a[name] != b.get(name)}
+    return len(changed - _DEPENDENT_PARAMS) == 1 or (len(changed) == 1)
+
+
+def _waiting(study: optuna.Study) -> bool:
+    """Configs enqueued and not yet asked for (the heuristic, warm starts, seeds)."""
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+
+def _shared_report(key: CacheKey, entry: Entry, elapsed_s: float) -> TuneReport:
+    """A problem that quantizes exactly like a tuned one takes its entry: nothing is measured."""
+    shared_from = ",".join(f"{k}={v}" for k, v in sorted(dict(entry.key.problem).items()))
+    provenance = dict(entry.provenance, origin="shared", shared_from=shared_from)
+    shared = replace(entry, key=key, provenance=provenance, trials=())
+    return TuneReport(entry=shared, elapsed_s=elapsed_s, stop_reason="shared", shared_from=shared_from)
 
 
 def _isolation(options: TuneOptions, timer: Timer) -> dict[str, Any] | None:
