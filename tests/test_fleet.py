@@ -20,12 +20,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+from toy_kernel import PlantedTimer
 from typer.testing import CliRunner
 
 from tunekit.cli import app
 from tunekit.dispatch import dispatcher
 from tunekit.errors import TunekitError
-from tunekit.fleet import JOB_ATTR, QUEUE_PREFIX, Job, JobQueue, Lease, open_storage, read_plan, run_job
+from tunekit.fleet import JOB_ATTR, QUEUE_PREFIX, Job, JobQueue, Lease, open_storage, read_plan, run_job, work
 from tunekit.recorder import record_problems
 from tunekit.store import Store
 
@@ -244,6 +245,82 @@ def test_a_job_that_cannot_be_tuned_fails_with_its_reason(tmp_path):
     assert status.state == "failed" and "exactly the fields ['cols', 'dtype', 'rows']" in status.error
     result = run("status", "--storage", url, "--jobs")
     assert "failed" in result.output and "exactly the fields" in result.output
+
+
+def _toy_jobs(n: int) -> list[Job]:
+    return [
+        Job("toy", {"rows": int(r), "cols": int(c), "dtype": "float32"}, trials=4, sampler="random")
+        for r, c in (s.split("x") for s in SHAPES[:n])
+    ]
+
+
+def test_a_worker_measures_every_job_in_one_isolation_process(tmp_path, monkeypatch):
+    """work(isolate=True), here in the interpreter as on a GPU: one isolation worker process (one pid, started
+    once) serves every job, switched to each problem; the results are those of the in-process path."""
+    jobs = _toy_jobs(3)
+    runs = {}
+    for isolate in (True, False):
+        url = f"sqlite:///{tmp_path / f'fleet-{isolate}.db'}"
+        monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path / f"cache-{isolate}"))  # nothing reused across runs
+        JobQueue(url).submit(jobs)
+        said: list[str] = []
+        report = work(url, isolate=isolate, timer=PlantedTimer(), say=said.append)
+        entries = {json.dumps(e.key.to_json(), sort_keys=True): e for e in JobQueue(url).entries()}
+        runs[isolate] = report, said, entries
+    (reused, said, got), (plain, _, want) = runs[True], runs[False]
+    assert reused.done == plain.done == len(jobs)
+    (pid,) = {t.bench_pid for t in reused.jobs}
+    assert pid is not None and pid != os.getpid() and reused.bench_started == 1
+    with pytest.raises(ProcessLookupError):  # closed with the worker
+        os.kill(pid, 0)
+    assert {t.bench_pid for t in plain.jobs} == {None} and plain.bench_started == 0
+    assert got.keys() == want.keys()
+    for key, entry in got.items():
+        assert entry.config == want[key].config and entry.time_ms == want[key].time_ms
+        assert [r.to_json() for r in entry.trials] == [r.to_json() for r in want[key].trials]
+    assert reused.jobs[0].setup > max(t.setup for t in reused.jobs[1:])  # started once, then only switched
+    phases = json.loads(next(line for line in said if ": phases (s) " in line).split(": phases (s) ", 1)[1])
+    assert (phases["jobs"], phases["bench_started"]) == (3, 1) and phases["measure"] > 0
+    assert all(": done in " in line and "setup " in line for line in said if "rows=" in line)
+
+
+def test_an_interrupted_worker_closes_its_isolation_process(tmp_path, monkeypatch):
+    """Ctrl-C (SIGTERM is made the same) mid-candidate: the job goes back to the queue, the process is killed."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    queue = JobQueue(url)
+    queue.submit(_toy_jobs(2))
+    children: list[int] = []
+
+    def interrupt(signum, frame):
+        children.extend(_children(os.getpid()))
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)  # the worker has started and hangs in the first candidate
+    monkeypatch.setenv("TOY_FAULTS", HANG_FIRST)  # the isolation worker inherits it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            work(url, isolate=True, timer=PlantedTimer(), say=lambda line: None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert children, "no isolation worker was running"
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert queue.counts() == {"queued": 2, "running": 0, "done": 0, "failed": 0}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
 
 
 # --- plans and the recorder -------------------------------------------------------------------------------------

@@ -18,20 +18,26 @@ import time
 from pathlib import Path
 
 import pytest
+import toy_kernel
 from toy_kernel import PlantedTimer
 from triton.runtime.errors import OutOfResources
 
-from tunekit import backend
-from tunekit.bench import CudaEventTimer, WallClockTimer
+from tunekit import backend, registry
+from tunekit.bench import CudaEventTimer, WallClockTimer, timer_to_json
 from tunekit.cache_key import CacheKey
 from tunekit.device import fingerprint
 from tunekit.entry import Entry
 from tunekit.errors import TunekitError
-from tunekit.tuner import TuneOptions, _isolation, tune
+from tunekit.isolation import IsolatedBench
+from tunekit.tuner import InProcessBench, TuneOptions, _isolation, tune
 
 PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
 FAULTS = {"2/a/1": "hang", "4/a/2": "exit", "8/a/1": "segfault", "2/b/2": "poison"}
 TESTS = Path(__file__).parent
+# A second kernel for one worker to switch to: the toy judged by another reference, so only variant "wrong"
+# (2x + 1) is right. The worker imports it from this module (registered per test as "toy_plus_one").
+PLUS_ONE = dataclasses.replace(toy_kernel.SPEC, name="toy_plus_one", reference=lambda inputs: (inputs[0] * 2 + 1,))
+SECOND = {"rows": 4, "cols": 32, "dtype": "float16"}
 
 
 def _cfg(text: str) -> dict:
@@ -205,3 +211,59 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# --- one worker, many targets (a fleet worker keeps one for its lifetime) -------------------------------------
+
+
+@pytest.fixture
+def plus_one(toy, monkeypatch):
+    monkeypatch.setitem(registry.KERNELS, PLUS_ONE.name, "test_isolation")
+    return PLUS_ONE
+
+
+def test_a_retargeted_worker_measures_the_new_target_in_the_same_process(plus_one):
+    """After retarget the same process measures another kernel and problem, exactly as in-process."""
+    configs = [_cfg("1/a/1"), _cfg("4/wrong/2"), _cfg("64/b/1"), _cfg("16/b/4")]
+    with IsolatedBench(toy_kernel.SPEC, PROBLEM, 0, timer_to_json(PlantedTimer()), 30.0, label="fake") as bench:
+        assert [bench.measure(c, 7).status for c in configs] == ["ok", "wrong", "failed", "ok"]
+        pid = bench.pid
+        bench.retarget(plus_one, SECOND, 1, label="fake, again")
+        got = [bench.measure(c, 7) for c in configs] + [bench.retime(configs[1])]
+        assert (bench.pid, bench.started, bench.restarts, bench.label) == (pid, 1, 0, "fake, again")
+        report = tune(plus_one, SECOND, fingerprint(), TuneOptions(trials=6, sampler="random"), bench=bench)
+        assert bench.pid == pid and bench.started == 1
+    here = InProcessBench(plus_one, SECOND, 1, PlantedTimer())
+    want = [here.measure(c, 7) for c in configs] + [here.retime(configs[1])]
+    assert [r.to_json() for r in got] == [r.to_json() for r in want]
+    assert [r.status for r in got] == ["wrong", "ok", "failed", "wrong", "ok"]  # the new reference judged them
+    assert report.entry.config["variant"] == "wrong" and report.entry.provenance["timer"] == "fake, again"
+
+
+def test_a_crash_or_hang_after_retarget_restarts_the_worker_on_the_new_target(plus_one, monkeypatch):
+    monkeypatch.setenv("TOY_FAULTS", json.dumps({"8/a/1": "segfault", "2/a/1": "hang"}))
+    with IsolatedBench(toy_kernel.SPEC, PROBLEM, 0, timer_to_json(PlantedTimer()), 3.0) as bench:
+        assert bench.measure(_cfg("1/a/1"), 7).status == "ok"
+        first = bench.pid
+        bench.retarget(plus_one, SECOND, 1)
+        crashed = bench.measure(_cfg("8/a/1"), 7)
+        assert crashed.status == "failed" and crashed.error.startswith("worker died: killed by signal SIGSEGV")
+        assert bench.measure(_cfg("4/wrong/2"), 7).status == "ok"  # right under the new target's reference only
+        assert bench.pid != first and (bench.started, bench.restarts) == (2, 1)
+        hung = bench.measure(_cfg("2/a/1"), 7)
+        assert hung.error.startswith("timeout: no result within 3 s") and bench.pid is None
+        bench.retarget(toy_kernel.SPEC, PROBLEM, 0)
+        assert bench.measure(_cfg("4/wrong/2"), 7).status == "wrong"  # the replacement started on the toy
+        assert (bench.started, bench.restarts) == (3, 2)
+
+
+def test_a_target_the_worker_cannot_switch_to_gets_a_fresh_worker_then_a_clear_error(toy):
+    edited = dataclasses.replace(toy, source_hash="0123456789abcdef")  # the tuner's spec is not the module's
+    with IsolatedBench(toy, PROBLEM, 0, timer_to_json(PlantedTimer()), 30.0) as bench:
+        assert bench.measure(_cfg("1/a/1"), 7).status == "ok"
+        bench.retarget(edited, SECOND, 1)
+        with pytest.raises(TunekitError, match=r"source hash \w+, but the tuner has 0123456789abcdef"):
+            bench.measure(_cfg("1/a/1"), 7)
+        assert (bench.started, bench.pid) == (2, None)  # the running one could not switch, nor could a fresh one
+        bench.retarget(toy, SECOND, 1)
+        assert bench.measure(_cfg("1/a/1"), 7).status == "ok" and bench.started == 3

@@ -10,7 +10,10 @@ access every later CUDA call in that process fails). In the worker each of these
 - corrupted context: after any candidate that is not ok, the worker syncs the device and re-runs a config that
   passed before (a canary); if that fails too, it reports itself unusable and the parent replaces it.
 
-The next candidate starts a fresh worker (`restarts` counts them). The protocol is one JSON object per line:
+The next candidate starts a fresh worker (`restarts` counts them). One worker can serve many problems in turn
+(`retarget`: a fleet worker keeps one for its lifetime): the running worker is sent the new target, frees the
+previous inputs and builds the new ones, so torch, Triton, the CUDA context and Triton's compiled kernels are paid
+for once; a worker replaced after a fault starts on the current target. The protocol is one JSON object per line:
 requests on the worker's stdin, replies on a private copy of its stdout (the worker points fd 1 at stderr, so stray
 prints from kernels or libraries cannot break the protocol). Nothing is pickled. The worker imports the kernel by
 module name (its registry entry, else the module defining its launcher) with the parent's sys.path, and refuses a
@@ -20,8 +23,10 @@ spec whose source hash differs from the parent's. It exits when the parent dies.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
+import logging
 import os
 import select
 import signal
@@ -38,6 +43,8 @@ from tunekit.entry import TrialRecord
 from tunekit.errors import TunekitError
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec
+
+logger = logging.getLogger("tunekit")
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and Triton and building the inputs; not a candidate's time
 _EXIT_GRACE_S = 10.0
@@ -94,9 +101,18 @@ class IsolatedBench:
         self.label = label  # the timer's label, recorded in entries' provenance
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
-        self.restarts = 0  # workers replaced after a hang, a death or a corrupted context
-        self.started = 0
-        self._init = {
+        self.restarts = 0  # workers replaced after a hang, a death, a corrupted context or a failed switch
+        self.started = 0  # worker processes spawned (1 when one served every target)
+        self._device_index = None if backend.INTERPRETED else _current_cuda_device()
+        self._init = self._init_request(spec, problem, seed, timer)
+        self._loaded: dict[str, Any] | None = None  # the init the running worker holds
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._buffer = b""
+        self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
+
+    def _init_request(self, spec: KernelSpec, problem: Problem, seed: int, timer: dict[str, Any]) -> dict[str, Any]:
+        return {
             "op": "init",
             "sys_path": list(sys.path),
             "module": kernel_module(spec),
@@ -105,14 +121,51 @@ class IsolatedBench:
             "problem": dict(problem),
             "seed": seed,
             "timer": timer,
-            "device_index": None if backend.INTERPRETED else _current_cuda_device(),
+            "device_index": self._device_index,
         }
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
-        self._buffer = b""
-        self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
 
     # ------------------------------------------------------------------------------------------- public
+
+    def retarget(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        seed: int,
+        *,
+        timer: dict[str, Any] | None = None,
+        label: str | None = None,
+    ) -> None:
+        """Measure `problem` of `spec` (bench inputs seeded `seed`) from now on, in the same worker process.
+
+        Nothing is sent yet: the next request (or `start`) switches the running worker, and any worker started
+        from now on, a replacement after a fault included, starts on this target. `timer` (as the worker rebuilds
+        it) and its `label` stay as they were unless given.
+        """
+        request = self._init_request(spec, problem, seed, self._init["timer"] if timer is None else timer)
+        self.spec, self._init = spec, request
+        if label is not None:
+            self.label = label
+
+    def start(self) -> None:
+        """Have a worker ready on the current target: start one, or switch the running one (measure does this).
+
+        A running worker that cannot switch (it died, hung or failed to load the new target, perhaps because of
+        the previous one) is replaced by a fresh one; TunekitError when a fresh one cannot load the target either.
+        """
+        if self._busy:
+            self._kill()  # an earlier request was cut short: its reply may still come, the worker's state is unknown
+        if self._proc is not None and self._proc.poll() is None:
+            if self._loaded == self._init:
+                return
+            try:
+                self._load("could not switch to " + self._target())
+                return
+            except TunekitError as exc:
+                logger.warning("tunekit: %s; starting a fresh worker", exc)
+                self._kill()
+                self.restarts += 1
+        self._spawn()
+        self._load("did not start")
 
     def measure(self, config: Config, verify_seed: int) -> TrialRecord:
         """Verify then time `config` in the worker (tunekit.verify.measure); a fatal fault is a failed record."""
@@ -149,7 +202,7 @@ class IsolatedBench:
     # ------------------------------------------------------------------------------------------- internals
 
     def _run(self, config: Config, request: dict[str, Any]) -> TrialRecord:
-        self._ensure_started()
+        self.start()
         self._busy = True
         try:
             self._send(request)
@@ -179,9 +232,7 @@ class IsolatedBench:
             self.restarts += 1
         return record
 
-    def _ensure_started(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
+    def _spawn(self) -> None:
         self._kill()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed in _kill
         self._buffer = b""
@@ -193,24 +244,33 @@ class IsolatedBench:
             start_new_session=True,  # a Ctrl-C reaches the parent, which then closes the worker
         )
         self.started += 1
+
+    def _load(self, failed: str) -> None:
+        """Send the current target to the running worker and wait until it has built the inputs."""
+        self._busy = True  # interrupted while the worker loads, close() kills it rather than wait
         try:
             self._send(self._init)
             reply = self._receive(self.startup_timeout_s)
+            self._busy = False
         except _Timeout:
             tail = self._stderr_tail()
             self._kill()
             raise TunekitError(
-                f"the benchmarking worker for {self.spec.name} did not start: no reply within "
+                f"the benchmarking worker for {self.spec.name} {failed}: no reply within "
                 f"{self.startup_timeout_s:g} s" + (f" ({tail})" if tail else "")
             ) from None
         except _Died as exc:
-            raise TunekitError(f"the benchmarking worker for {self.spec.name} did not start: {exc}") from None
+            raise TunekitError(f"the benchmarking worker for {self.spec.name} {failed}: {exc}") from None
         if "ok" not in reply:
             self._kill()
             raise TunekitError(
                 f"the benchmarking worker could not load kernel {self.spec.name}: "
                 f"{reply.get('error') or reply.get('bug')}"
             )
+        self._loaded = self._init
+
+    def _target(self) -> str:
+        return f"{self.spec.name} " + ",".join(f"{k}={v}" for k, v in self._init["problem"].items())
 
     def _send(self, message: dict[str, Any]) -> None:
         proc = self._proc
@@ -269,6 +329,7 @@ class IsolatedBench:
 
     def _kill(self) -> None:
         self._busy = False
+        self._loaded = None
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.poll() is None:
@@ -297,7 +358,10 @@ class _LoadError(Exception):
 
 
 class _Worker:
-    """The worker's side: one kernel and problem, its bench inputs built once, candidates measured on request."""
+    """The worker's side: one kernel and problem, its bench inputs built once, candidates measured on request.
+
+    A new init replaces it (`release` first): the process, its imports and its CUDA context serve the next target.
+    """
 
     def __init__(self, request: dict[str, Any]) -> None:
         import torch
@@ -350,6 +414,16 @@ class _Worker:
         else:
             fatal = not self._healthy(record)
         return {"record": record.to_json(), "fatal": fatal}
+
+    def release(self) -> None:
+        """Free this target's tensors before the next target's are built (large problems must not coexist)."""
+        import torch
+
+        self.inputs = self.outputs = ()
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
 
     def _healthy(self, record: TrialRecord) -> bool:
         """After a candidate that was not ok: can this process still run kernels correctly?"""
@@ -410,6 +484,9 @@ def serve(parent: int) -> None:
         reply: dict[str, Any]
         try:
             if request.get("op") == "init":
+                if worker is not None:  # retargeted: the previous inputs go first
+                    worker.release()
+                    worker = None
                 worker = _Worker(request)
                 reply = {"ok": True}
             elif worker is None:
