@@ -22,7 +22,7 @@ from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import gemm as G
 from tunekit.ops.gemm import linear, matmul
 from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.spec import DTYPE_NAMES
 from tunekit.verify import verify_config
 
 SPEC = G.SPEC
