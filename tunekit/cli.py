@@ -125,7 +125,9 @@ def tune(
     dtype: DtypeOpt = None,
     trials: Annotated[int, typer.Option(help="Configs to benchmark per shape.")] = 30,
     timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
-    sampler: Annotated[str, typer.Option(help="tpe, random or exhaustive.")] = "tpe",
+    sampler: Annotated[
+        str, typer.Option(help="model (TPE guided by the quantization model), tpe, gp, random or exhaustive.")
+    ] = "model",
     storage: Annotated[
         str | None,
         typer.Option(
@@ -229,6 +231,7 @@ def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) 
                     timer=timer,
                     previous=previous,
                     warm_start=store.related(key),
+                    tuned=[e for e in store.entries() if e.key.scope == key.scope],
                     on_trial=functools.partial(_advance, progress, task),
                     checkpoint=store.put,
                 )

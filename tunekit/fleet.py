@@ -660,6 +660,7 @@ def run_job(
                 timer=benches.timer,
                 previous=store.get(key),
                 warm_start=store.related(key),
+                tuned=[e for e in store.entries() if e.key.scope == key.scope],
                 checkpoint=put,
                 bench=measured,
             )

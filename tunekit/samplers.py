@@ -32,7 +32,7 @@ SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     "random": _random,
     "exhaustive": _random,  # only answers after the enqueued configs run out, which exhaustive never reaches
 }
-DEFAULT_SAMPLER = "tpe"
+DEFAULT_SAMPLER = "model"  # TPE where the model has nothing to say (the interpreter, kernels without a geometry)
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
