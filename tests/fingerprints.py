@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from tunekit.device import INTERPRETER_VENDOR, DeviceFingerprint
+from tunekit.device_limits import DeviceLimits
 
 H200 = DeviceFingerprint(
     vendor="nvidia",
@@ -31,4 +32,15 @@ INTERPRETER = dataclasses.replace(
     l2_bytes=0,
     regs_per_sm=0,
     cuda_version="none",
+)
+
+# The H200's occupancy limits as tunekit.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/).
+H200_LIMITS = DeviceLimits(
+    sm_count=132,
+    warp_size=32,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+    regs_per_sm=65536,
+    smem_per_sm=233472,
+    smem_per_block=232448,
 )

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import re
 
-from fingerprints import H200
+from fingerprints import H200, H200_LIMITS
 
-from tunekit.device_limits import DeviceLimits
 from tunekit.explain import WIDTH, explain
 from tunekit.registry import get_spec
-
-H200_LIMITS = DeviceLimits(
-    sm_count=132,
-    warp_size=32,
-    max_threads_per_sm=2048,
-    max_blocks_per_sm=32,
-    regs_per_sm=65536,
-    smem_per_sm=233472,
-    smem_per_block=232448,
-)
 
 
 def gemm_4097() -> dict:

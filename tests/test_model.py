@@ -5,23 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from fingerprints import H200
+from fingerprints import H200, H200_LIMITS
 
 from tunekit import model
 from tunekit.device_limits import DeviceLimits
 from tunekit.model import Resources, occupancy
 from tunekit.model_kernels import geometry
 from tunekit.registry import get_spec
-
-H200_LIMITS = DeviceLimits(
-    sm_count=132,
-    warp_size=32,
-    max_threads_per_sm=2048,
-    max_blocks_per_sm=32,
-    regs_per_sm=65536,
-    smem_per_sm=233472,
-    smem_per_block=232448,
-)
 
 
 def gemm_problem(m: int, n: int = 4096, k: int = 4096, dtype: str = "bfloat16") -> dict:

@@ -596,6 +596,66 @@ def record_cmd(
 
 
 @command()
+def explain(
+    kernel: KernelOpt,
+    shape: Annotated[str, typer.Option("--shape", "-s", help="Problem shape, e.g. 4097x4096x4096.")],
+    dtype: DtypeOpt = None,
+    table: Annotated[
+        Path | None,
+        typer.Option("--table", help="Model the device a timing-table file was recorded on (default: this GPU)."),
+    ] = None,
+) -> None:
+    """The quantization model per candidate family: tiles, padded waste, occupancy, waves; what it prunes and why."""
+    from tunekit.device import fingerprint
+    from tunekit.device_limits import device_limits
+    from tunekit.explain import explain as explain_text
+    from tunekit.registry import get_spec
+    from tunekit.timing_table import load_tables
+
+    spec = get_spec(kernel)
+    (problem,) = _problems(kernel, [shape], dtype)
+    if table is not None:
+        recorded = load_tables(table)
+        if not recorded:
+            raise TunekitError(f"{table} holds no timing tables")
+        device, limits = recorded[0].fingerprint, recorded[0].device_limits
+    else:
+        device, found = fingerprint(), device_limits()
+        if found is None:
+            raise TunekitError(
+                "the interpreter has no SMs to model: run on a GPU, or give --table with a recorded device "
+                "(e.g. cache/timings/h200-sm90-132sm/gemm.json.gz)"
+            )
+        limits = found
+    print(explain_text(spec, problem, device, limits))
+
+
+@command()
+def efficiency(
+    tables: Annotated[
+        list[Path] | None, typer.Option("--tables", help="Timing-table files (default: every one in cache/timings).")
+    ] = None,
+    strategies: Annotated[
+        str, typer.Option("--strategies", help="Comma-separated: random, tpe, gp, exhaustive, model.")
+    ] = "random,tpe,gp,exhaustive,model",
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per strategy and shape.")] = 5,
+    gp_cap: Annotated[int, typer.Option("--gp-cap", help="Trial cap for gp (Optuna's GP is slow to ask).")] = 30,
+    workers: Annotated[int | None, typer.Option("--workers", help="Processes (default: one per CPU).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write every run and the aggregates as JSON.")] = None,
+) -> None:
+    """Tuning efficiency on a simulated device: trials and simulated seconds until within 2% of the recorded best."""
+    from tunekit.efficiency import format_table, run_benchmark
+    from tunekit.timing_table import load_all
+
+    loaded = load_all(tables)
+    if not loaded:
+        raise TunekitError("no timing tables found (record some with `tunekit record` on a GPU)")
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    result = run_benchmark(loaded, names, seeds, out, gp_trial_cap=gp_cap, workers=workers)
+    print(format_table(result))
+
+
+@command()
 def devices() -> None:
     """The devices tunekit sees, with their fingerprints and cache keys."""
     from tunekit.device import all_fingerprints
