@@ -117,9 +117,10 @@ def test_same_quantization_signature_shares_the_entry_without_measuring() -> Non
     bench = PlantedBench()
     report = tune(SPEC, twin, H200, TuneOptions(trials=5), bench=bench, limits=H200_LIMITS, tuned=tuned)
     assert report.stop_reason == "shared" and report.benchmarked == 0 and not bench.asked
-    assert report.entry.config == config and report.entry.key.problem == CacheKey.make(
-        SPEC.name, SPEC.source_hash, H200.key, twin
-    ).problem
+    assert (
+        report.entry.config == config
+        and report.entry.key.problem == CacheKey.make(SPEC.name, SPEC.source_hash, H200.key, twin).problem
+    )
     assert report.entry.provenance["origin"] == "shared" and "m=4096" in report.entry.provenance["shared_from"]
     # 4079 rows: 255 tiles of 16 against 256, so it quantizes differently and is tuned.
     other = G.make_problem(4079, 4096, 4096, "bfloat16")
