@@ -71,7 +71,14 @@ def test_aggregates_per_kernel_and_overall(result):
     runs = sorted(r.trials for r in result.runs if r.strategy == "random" and r.table.startswith("rmsnorm"))
     assert rmsnorm_random.trials_median == Stat(sum(runs) / 2)  # two seeds: the mean of the middle two
     # the targets are about the model strategy, which did not run here: nothing to judge
-    assert [t.holds for t in result.targets] == [None] * 4
+    assert [t.holds for t in result.targets] == [None] * 5
+
+
+def test_blind_random_baseline_is_the_exact_expectation(result, tables):
+    for info, table in zip(result.tables, tables):
+        near = sum(1 for r in table.ok_rows() if (r.time_ms or 0) <= (1 + efficiency.TOLERANCE) * info.best_ms)
+        assert info.near_best_configs == near >= 1
+        assert info.blind_random_trials == (info.n_configs + 1) / (near + 1)
 
 
 def test_json_round_trip(result):
@@ -127,7 +134,8 @@ def test_censored_medians_are_lower_bounds():
 
 def test_targets_are_judged_for_the_model_strategy(tables):
     result = run_benchmark(tables, ("random", "model"), seeds=1, workers=1)
-    gemm_fraction, gemm_trials, every_shape, fewer = result.targets
+    gemm_fraction, gemm_trials, every_shape, blind, fewer = result.targets
     assert gemm_fraction.holds is None and gemm_trials.holds is None  # no GEMM table here
     assert every_shape.holds is not None and "%" in every_shape.measured
     assert "over 1 shapes" in fewer.measured and "over all 2" in fewer.measured
+    assert "over 2 shapes" in blind.measured and blind.holds is not None

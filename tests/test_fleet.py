@@ -312,13 +312,16 @@ def test_an_interrupted_worker_closes_its_isolation_process(tmp_path, monkeypatc
 
 
 def _children(pid: int) -> list[int]:
+    """Live isolation workers started by `pid` (other children, e.g. multiprocessing's resource tracker left by
+    earlier tests in the same session, are not this test's business)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z":
+        if int(fields[1]) == pid and fields[0] != "Z" and b"tunekit.isolation" in cmdline:
             found.append(int(stat.parent.name))
     return found
 

@@ -797,6 +797,11 @@ def gpu_slots() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+def cpu_share(workers: int) -> int:
+    """Host cores per local worker (at least one)."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = None) -> list[int]:
     """Run `n` worker processes here (worker i on GPU i, round robin), wait for all; their exit statuses.
 
@@ -816,6 +821,9 @@ def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = 
             env = dict(os.environ)
             if slots:
                 env["CUDA_VISIBLE_DEVICES"] = slots[i % len(slots)]
+            # Each worker's CPU work (torch ops on the host, Triton's compiler) gets its share of the cores rather
+            # than every worker starting one thread per core and all of them contending.
+            env.setdefault("OMP_NUM_THREADS", str(cpu_share(n)))
             procs.append(subprocess.Popen(command, env=env))
         return [p.wait() for p in procs]
     finally:
