@@ -507,41 +507,80 @@ def import_cmd(path: Annotated[Path, typer.Argument(help="A tuning database writ
 
 @command()
 def bench(
-    kernel: KernelOpt,
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", "-k", help="One kernel's family (see `tunekit show --kernels`).")
+    ] = None,
+    suite: Annotated[
+        str | None, typer.Option("--suite", help="A named suite: memory (norms, GELU, softmax, reductions), gemm, all.")
+    ] = None,
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A few shapes per family (a smoke run).")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON (after every row).")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also draw the run (needs matplotlib).")] = None,
+    compile_: Annotated[
+        bool | None,
+        typer.Option(
+            "--compile/--no-compile", help="torch.compile baseline (default: on for a GPU, off in the interpreter)."
+        ),
+    ] = None,
+    max_autotune: Annotated[
+        bool, typer.Option("--max-autotune", help="Also torch.compile mode=max-autotune, one child process per shape.")
+    ] = False,
+    compile_timeout: Annotated[
+        float, typer.Option(help="Seconds max-autotune may take per shape before its process is killed.")
+    ] = 300.0,
 ) -> None:
-    """Dispatched (tuned) config vs heuristic default vs torch, in GB/s and as a fraction of copy bandwidth."""
-    import dataclasses
-    import json
+    """Tuned tunekit vs torch eager, torch.compile (and cuBLASLt for GEMM) vs the roofline measured in the same run.
 
-    from tunekit.report import run_report
+    Memory-bound families in GB/s against the copy bandwidth, GEMM in TFLOP/s against the bf16 matmul rate;
+    problems under 16 MiB are launch-bound: timed with CUDA graphs, in µs against an empty kernel's launch floor.
+    Every implementation is checked against the reference before it is timed. In the interpreter: tiny shapes,
+    wall-clock only.
+    """
+    from tunekit import backend
+    from tunekit.report import BenchOptions, BenchRun, print_report, run_bench
+    from tunekit.suite import work_list
 
-    copy, rows = run_report(kernel, _problems(kernel, shape, dtype))
-    table = Table(title=f"{kernel}: GB/s (copy bandwidth measured in this run: {copy:.0f} GB/s)")
-    for col in ("problem", "served by", "tuned", "heuristic", "torch", "tuned/copy", "tuned/torch", "correct"):
-        table.add_column(col)
+    if png is not None:
+        from tunekit.plot import require_matplotlib
 
-    def fmt(x: float | None, spec: str = ".0f") -> str:
-        return "-" if x is None else format(x, spec)
+        require_matplotlib()  # before the run, not after an hour of it
+    shapes = [parse_shape(s) for s in shape or []]
+    work = work_list(kernel, suite, shapes, dtype, quick, backend.INTERPRETED)
+    if not work:
+        raise TunekitError("no problems to measure (does --dtype match the suite's dtypes?)")
+    options = BenchOptions(compile=compile_, max_autotune=max_autotune, compile_timeout_s=compile_timeout)
 
-    for r in rows:
-        tuned, heur, ref = r.gbps(r.tuned_ms), r.gbps(r.heuristic_ms), r.gbps(r.torch_ms)
-        table.add_row(
-            r.problem,
-            r.layer,
-            fmt(tuned),
-            fmt(heur),
-            fmt(ref),
-            fmt(tuned / copy if tuned else None, ".2f"),
-            fmt(r.torch_ms / r.tuned_ms if r.torch_ms else None, ".2f"),
-            "yes" if r.correct else "NO",
-        )
-    console.print(table)
+    with console.status(f"measuring {len(work)} problems") as status:
+
+        def after_row(run: BenchRun) -> None:
+            if json_out is not None:
+                run.save(json_out)  # after every row: a killed run keeps what it has
+            last = run.rows[-1]
+            status.update(f"measured {len(run.rows)}/{len(work)}: {last.family} {last.label}")
+
+        run = run_bench(work, options, on_row=after_row)
+    print_report(run, console)
     if json_out is not None:
-        payload = {"kernel": kernel, "copy_gbps": copy, "rows": [dataclasses.asdict(r) for r in rows]}
-        json_out.write_text(json.dumps(payload, indent=1))
+        console.print(f"json: {json_out}")
+    if png is not None:
+        from tunekit.plot import plot_run
+
+        plot_run(run, png)
+        console.print(f"png: {png}")
+
+
+@command()
+def plot(
+    results: Annotated[Path, typer.Argument(help="A `tunekit bench --json` file.")],
+    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("bench.png"),
+) -> None:
+    """Draw a benchmark run (achieved GB/s or TFLOP/s per shape, launch-bound rows in µs); no GPU needed."""
+    from tunekit.plot import plot_file
+
+    plot_file(results, out)
+    console.print(f"png: {out}")
 
 
 @command("record")

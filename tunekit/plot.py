@@ -1,0 +1,121 @@
+"""PNG of a benchmark run: achieved GB/s or TFLOP/s per shape against the roofline, launch-bound rows in µs
+against the launch floor, interpreter rows in wall-clock ms (labelled as such).
+
+It reads only the JSON of `tunekit bench --json`, so the PNG can be drawn on any machine with matplotlib (an
+optional dependency: `pip install 'tunekit[plot]'`), not only on the GPU box.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tunekit.errors import TunekitError
+from tunekit.report import EVENTS, GRAPH, WALL, BenchRun, Row
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+ROW_HEIGHT_IN = 0.32  # inches of figure per problem row
+PANEL_EXTRA_IN = 1.3  # title, axis label and legend of a panel
+WIDTH_IN = 11.0
+_KIND_AXIS = {
+    EVENTS: "",  # GB/s or TFLOP/s: decided by the family's bound
+    GRAPH: "µs per call (CUDA graph replay; launch-bound)",
+    WALL: "ms per call: Triton interpreter wall-clock on the CPU, not GPU performance",
+}
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise TunekitError("drawing the PNG needs matplotlib: pip install 'tunekit[plot]'") from None
+
+
+def plot_file(results: Path, out: Path) -> None:
+    try:
+        run = BenchRun.load(results)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TunekitError(f"cannot read {results} as a `tunekit bench --json` file: {exc}") from None
+    plot_run(run, out)
+
+
+def _panels(run: BenchRun) -> list[tuple[str, str, list[Row]]]:
+    """(family, timing kind, rows) in the order the rows were measured."""
+    grouped: dict[tuple[str, str], list[Row]] = {}
+    for row in run.rows:
+        grouped.setdefault((row.family, row.timing), []).append(row)
+    return [(family, kind, rows) for (family, kind), rows in grouped.items()]
+
+
+def _value(row: Row, impl: str) -> float | None:
+    ms = row.ms(impl)
+    if ms is None:
+        return None
+    if row.timing == EVENTS:
+        return row.throughput_at(ms)
+    return ms * 1e3 if row.timing == GRAPH else ms
+
+
+def _draw_panel(ax: Axes, run: BenchRun, family: str, kind: str, rows: list[Row], colours: dict[str, str]) -> None:
+    impls = list(dict.fromkeys(m.impl for r in rows for m in r.measurements))
+    height = 0.8 / max(1, len(impls))
+    for i, impl in enumerate(impls):
+        ys, xs = [], []
+        for y, row in enumerate(rows):
+            value = _value(row, impl)
+            if value is not None:
+                ys.append(y - 0.4 + height * (i + 0.5))
+                xs.append(value)
+        if xs:  # an implementation never timed here (wrong, failed, n/a) gets no legend entry; the JSON says why
+            ax.barh(ys, xs, height=height, label=impl, color=colours[impl])
+    if kind == EVENTS:
+        roofs = [(y, row.throughput_at(row.roofline_ms)) for y, row in enumerate(rows) if row.roofline_ms]
+        points = [(y, x) for y, x in roofs if x is not None]
+        if points:
+            ax.scatter(
+                [x for _, x in points], [y for y, _ in points], marker="|", s=400, color="black", label="roofline"
+            )
+        unit = "TFLOP/s" if rows[0].bound == "compute" else "GB/s"
+        ax.set_xlabel(f"{unit} (higher is better; roofline measured in this run)")
+    else:
+        if kind == GRAPH and run.launch_floor_ms is not None:
+            ax.axvline(run.launch_floor_ms * 1e3, color="black", linestyle="--", label="launch floor")
+        ax.set_xlabel(_KIND_AXIS[kind] + " (lower is better)")
+    ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first row at the top
+    ax.set_title(family if kind == EVENTS else f"{family}: {'launch-bound' if kind == GRAPH else 'interpreter'}")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: bars run to the right edge
+
+
+def _suptitle(run: BenchRun) -> str:
+    parts = [run.device, f"torch {run.torch_version}", f"triton {run.triton_version}"]
+    if run.copy_gbps is not None:
+        parts.append(f"copy {run.copy_gbps:.0f} GB/s")
+    if run.matmul_tflops is not None:
+        parts.append(f"bf16 matmul {run.matmul_tflops:.0f} TFLOP/s")
+    return ", ".join(parts)
+
+
+def plot_run(run: BenchRun, out: Path) -> None:
+    """One horizontal bar panel per family (and per timing kind): every implementation per problem."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    panels = _panels(run)
+    if not panels:
+        raise TunekitError("the run has no rows to draw")
+    heights = [ROW_HEIGHT_IN * len(rows) + PANEL_EXTRA_IN for _, _, rows in panels]
+    fig = Figure(figsize=(WIDTH_IN, sum(heights)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    # One colour per implementation across every panel.
+    impls = dict.fromkeys(m.impl for row in run.rows for m in row.measurements)
+    colours = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
+    for ax, (family, kind, rows) in zip(axes, panels):
+        _draw_panel(ax, run, family, kind, rows, colours)
+    fig.suptitle(_suptitle(run), fontsize=10)
+    fig.savefig(out, dpi=100)
