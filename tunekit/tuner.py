@@ -196,11 +196,11 @@ def tune(
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
-    guide = _ModelGuide.make(spec, problem, device, options, limits, tuned)
+    guide = _ModelGuide.make(spec, problem, device, options, limits, tuned, valid)
     if guide is not None and guide.shared is not None:
         return _shared_report(key, guide.shared, clock() - start)
     if guide is not None:
-        valid = guide.order(valid)
+        valid = guide.kept  # best modelled first: the idle fallback follows the model
     timer_json = _isolation(options, timer)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -342,6 +342,7 @@ class _ModelGuide:
         options: TuneOptions,
         limits: DeviceLimits | None,
         tuned: Iterable[Entry],
+        valid: list[dict[str, Value]],
     ) -> _ModelGuide | None:
         if options.sampler != "model":
             return None
@@ -352,12 +353,9 @@ class _ModelGuide:
         arch = model.arch_for(device.compute_capability)
         scope = (spec.name, spec.source_hash, device.key)
         others = [e for e in tuned if e.key.scope == scope and dict(e.key.problem) != dict(problem)]
-        mine = model.signature(spec.name, problem, spec.space, limits, device=device)
-        for entry in others:
-            theirs = model.signature(spec.name, dict(entry.key.problem), spec.space, limits, device=device)
-            if theirs == mine and spec.space.is_valid(entry.config, problem, device):
-                return cls([], 0, [], [], entry)
-        valid = spec.space.valid_configs(problem, device)
+        shared = _same_quantization(spec, problem, device, limits, others)
+        if shared is not None:
+            return cls([], 0, [], [], shared)
         pruning = model.prune(spec.name, valid, problem, limits, arch=arch)
         ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch)
         kept = [q.config for q in ranked] if ranked is not None else valid
@@ -366,9 +364,6 @@ class _ModelGuide:
 
         near = nearest_entry(spec, problem, device, others)
         return cls(kept, len(pruning.pruned) if pruning else 0, seeds, [near] if near else [], None)
-
-    def order(self, valid: list[dict[str, Value]]) -> list[dict[str, Value]]:
-        return self.kept or valid
 
     def next_config(self, seen: _Candidates) -> dict[str, Value] | None:
         """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter
@@ -385,6 +380,25 @@ class _ModelGuide:
         return None
 
 
+def _same_quantization(
+    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, limits: DeviceLimits, others: list[Entry]
+) -> Entry | None:
+    """A tuned entry whose problem has this problem's quantization signature (and a config valid here)."""
+    sizes = model.signature(spec.name, problem, spec.space, limits)
+    mine: tuple[object, ...] | None = None  # with the allowed-config set: enumerates the space, so only on demand
+    for entry in others:
+        theirs = dict(entry.key.problem)
+        if model.signature(spec.name, theirs, spec.space, limits) != sizes:
+            continue
+        if mine is None:
+            mine = model.signature(spec.name, problem, spec.space, limits, device=device)
+        if model.signature(spec.name, theirs, spec.space, limits, device=device) == mine and spec.space.is_valid(
+            entry.config, problem, device
+        ):
+            return entry
+    return None
+
+
 # Parameters a space's rules may pin once another changes (SPLIT_K with the variant, GROUP_M with BLOCK_M): a
 # move that changes one of these alongside one other parameter still counts as one step.
 _DEPENDENT_PARAMS = frozenset({"SPLIT_K", "GROUP_M"})
@@ -392,7 +406,7 @@ _DEPENDENT_PARAMS = frozenset({"SPLIT_K", "GROUP_M"})
 
 def _neighbours(a: Config, b: Config) -> bool:
     changed = {name for name in a if a[name] != b.get(name)}
-    return len(changed - _DEPENDENT_PARAMS) == 1 or (len(changed) == 1)
+    return len(changed - _DEPENDENT_PARAMS) == 1 or len(changed) == 1
 
 
 def _waiting(study: optuna.Study) -> bool:
