@@ -35,7 +35,15 @@ import triton.language as tl
 from tunekit.device import fingerprint
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.search_spaces import gemm as gemm_space
-from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, is_aligned16, next_pow2, smem_bytes
+from tunekit.search_spaces.gemm import (
+    ACTIVATIONS,
+    ALIGN_BYTES,
+    LAYOUTS,
+    SPACE,
+    is_aligned16,
+    next_pow2,
+    smem_bytes,
+)
 from tunekit.space import Config, Problem
 from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, source_digest
 
@@ -584,19 +592,20 @@ def _leading_stride(t: torch.Tensor, layout: str) -> int:
 
 
 def tensors_aligned16(*tensors: torch.Tensor | None) -> bool:
-    """Every given 2-D tensor has a positive leading stride that is a multiple of 16 elements and a 16-byte aligned
-    data pointer (1-D tensors: the pointer only). Together with `is_aligned16`'s sizes this is the aligned16 flag."""
+    """Every given 2-D tensor is row- or column-major with a positive leading stride spanning a multiple of 16
+    bytes, and every data pointer is 16-byte aligned (1-D tensors: the pointer only): what TMA's descriptors need.
+    Together with `is_aligned16`'s sizes this is the aligned16 flag."""
     for t in tensors:
         if t is None:
             continue
-        if t.data_ptr() % 16:
+        if t.data_ptr() % ALIGN_BYTES:
             return False
         if t.dim() == 2:
             layout = layout_of(t)
             if layout == "strided":
                 return False
             lead = _leading_stride(t, layout)
-            if lead <= 0 or lead % 16:
+            if lead <= 0 or lead * t.element_size() % ALIGN_BYTES:
                 return False
     return True
 
@@ -635,7 +644,8 @@ def _num_programs(tiles: int) -> int:
 
 def _tma_descriptors(a: torch.Tensor, b: torch.Tensor, bm: int, bn: int, bk: int):
     """Host-side tensor descriptors over the unit-stride view of A and B (no allocator needed), or None when a
-    tensor does not meet TMA's rules (16-byte aligned base and leading stride)."""
+    tensor does not meet TMA's rules (16-byte aligned base, leading stride a multiple of 16 bytes). Sizes may be
+    anything: loads past M, N or K zero-fill."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     m, k = a.shape
@@ -805,8 +815,9 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return (scale * torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)).to(dtype)
 
-    # An unaligned problem whose sizes happen to be aligned gets unaligned leading strides, as in real use.
-    pad = 1 if not problem["aligned16"] and is_aligned16(m, n, k, a_layout) else 0
+    # An unaligned problem whose sizes happen to be aligned gets unaligned leading strides, as in real use: one
+    # element of padding leaves each leading stride 2 or 4 bytes past a multiple of 16 bytes.
+    pad = 1 if not problem["aligned16"] and is_aligned16(m, n, k, str(problem["dtype"]), a_layout) else 0
     # B scaled by 1/sqrt(K) keeps A @ B ~ N(0, 1) for any K, so fixed tolerances hold at every size.
     a = _operand(m, k, a_layout, pad, randn)
     b = _operand(k, n, b_layout, pad, lambda *shape: randn(*shape, scale=1 / math.sqrt(max(k, 1))))
@@ -828,7 +839,7 @@ def make_problem(
     has_bias: bool = False,
     has_residual: bool = False,
 ) -> Problem:
-    """The problem of contiguous operands of these sizes (M bucketed, alignment from the exact sizes)."""
+    """The problem of contiguous operands of these sizes (alignment in bytes from the exact sizes and dtype)."""
     return {
         "m": m,
         "n": n,
@@ -839,7 +850,7 @@ def make_problem(
         "activation": activation,
         "has_bias": has_bias,
         "has_residual": has_residual,
-        "aligned16": is_aligned16(m, n, k, a_layout),
+        "aligned16": is_aligned16(m, n, k, dtype, a_layout),
     }
 
 

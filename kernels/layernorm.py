@@ -1,8 +1,9 @@
 """LayerNorm forward over the last dim of a 2-D tensor: y = (x - mean) * rstd * w + b.
 
 Statistics are fp32 and mean-subtracted (never E[x²] - E[x]², which cancels catastrophically on large means).
-Two variants (see search_spaces/layernorm.py): `single` keeps ROWS whole rows in registers and reads x once;
-`looped` walks one row in BLOCK_N chunks, reading x twice (Welford statistics, then normalise).
+Three variants (see search_spaces/layernorm.py): `single` keeps ROWS whole rows in registers and reads x once;
+`looped` walks one row in BLOCK_N chunks, reading x twice (Welford statistics, then normalise); `window` is
+`single` for rows that start inside a 16-byte vector, read through aligned windows (kernels/row_window.py).
 
 The @triton.jit bodies are exempt from typing (mypy does not check kernels/); host code is typed.
 """
@@ -24,8 +25,12 @@ import triton
 import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.kernels import row_window as row_window_module
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.search_spaces import layernorm as layernorm_space
+from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces.layernorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
+from tunekit.search_spaces.row_window import vector_elements
 from tunekit.space import Config, Problem
 from tunekit.spec import (
     DTYPE_NAMES,
@@ -146,6 +151,36 @@ def _layernorm_fwd_looped(
         tl.store(y_row + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _layernorm_fwd_window(
+    X,  # [M, N] input, unit stride along N, 16-byte aligned
+    Y,  # [M, N] output, same strides as X, 16-byte aligned
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    B,  # [N] bias (read only when HAS_BIAS)
+    M,
+    N,
+    stride,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    VEC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = row_window_load(X, offs, in_row, chunk_in, last)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(in_row, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / N
+    y = xc * tl.rsqrt(var + eps)[:, None]
+    # The row's columns sit at a different lane in each row: weight and bias are gathered (L1 hits after the first row).
+    if HAS_WEIGHT:
+        y = y * tl.load(W + col, mask=in_row, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y = y + tl.load(B + col, mask=in_row, other=0.0).to(tl.float32)
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
+
+
 def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     """Write y = layer_norm(x) for a 2-D x with unit stride along N. No validation: this is the hot path."""
     x, weight, bias, eps = inputs
@@ -166,7 +201,14 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     # An absent weight or bias still needs a pointer argument; the constexpr flag keeps it unread.
     w = x if weight is None else weight
     b = x if bias is None else bias
-    if config["variant"] == "single":
+    if config["variant"] == "window" and window_fits(x, y):
+        vec = vector_elements(DTYPE_NAMES[x.dtype])
+        del common["DIV"]
+        grid = (triton.cdiv(m, rows),)
+        _layernorm_fwd_window[grid](x, y, w, b, m, n, x.stride(0), float(eps), VEC=vec, ROWS=rows, **common)
+    elif config["variant"] in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
+        if config["variant"] == "window":
+            common["BLOCK_N"] = single_block_n(n)
         grid = (triton.cdiv(m, rows),)
         _layernorm_fwd_single[grid](x, y, w, b, m, n, x.stride(0), y.stride(0), float(eps), ROWS=rows, **common)
     else:
@@ -349,7 +391,7 @@ SPEC = KernelSpec(
     },
     bytes_moved=bytes_moved,
     flops=flops,
-    source_hash=source_digest([sys.modules[__name__], layernorm_space]),
+    source_hash=source_digest([sys.modules[__name__], row_window_module, layernorm_space, row_window_space]),
     shape_help="MxN, e.g. 4096x1024",
     torch_baseline=torch_baseline,
 )

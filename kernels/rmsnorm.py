@@ -1,8 +1,9 @@
 """RMSNorm forward over the last dim of a 2-D tensor: y = x * rsqrt(mean(x²) + eps) * w.
 
-fp32 statistics. Two variants, as the LayerNorm forward (kernels/layernorm.py) and sharing its search space:
+fp32 statistics. Three variants, as the LayerNorm forward (kernels/layernorm.py) and sharing its search space:
 `single` keeps ROWS whole rows in registers and reads x once; `looped` walks one row in BLOCK_N chunks, reading x
-twice (sum of squares, then normalise).
+twice (sum of squares, then normalise); `window` is `single` through 16-byte aligned windows for rows that start
+inside a vector (kernels/row_window.py).
 
 The @triton.jit bodies are exempt from typing (mypy does not check kernels/); host code is typed.
 """
@@ -23,11 +24,15 @@ import triton
 import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.kernels import row_window as row_window_module
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.search_spaces import layernorm as layernorm_space
 from tunekit.search_spaces import rmsnorm as rmsnorm_space
+from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces.rmsnorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
+from tunekit.search_spaces.row_window import vector_elements
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -107,6 +112,28 @@ def _rmsnorm_fwd_looped(
         tl.store(y_row + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rmsnorm_fwd_window(
+    X,  # [M, N] input, unit stride along N, 16-byte aligned
+    Y,  # [M, N] output, same strides as X, 16-byte aligned
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    M,
+    N,
+    stride,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    VEC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = row_window_load(X, offs, in_row, chunk_in, last)
+    y = x * tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
+    if HAS_WEIGHT:  # gathered: the row's columns sit at a different lane in each row
+        y = y * tl.load(W + col, mask=in_row, other=0.0).to(tl.float32)
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
+
+
 def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     """Write y = rms_norm(x) for a 2-D x with unit stride along N. No validation: this is the hot path."""
     x, weight, eps = inputs
@@ -124,7 +151,15 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
         "num_stages": int(config["num_stages"]),
     }
     w = x if weight is None else weight  # an absent weight still needs a pointer; HAS_WEIGHT keeps it unread
-    if config["variant"] == "single":
+    if config["variant"] == "window" and window_fits(x, y):
+        del common["DIV"]
+        vec = vector_elements(DTYPE_NAMES[x.dtype])
+        _rmsnorm_fwd_window[(triton.cdiv(m, rows),)](
+            x, y, w, m, n, x.stride(0), float(eps), VEC=vec, ROWS=rows, **common
+        )
+    elif config["variant"] in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
+        if config["variant"] == "window":
+            common["BLOCK_N"] = single_block_n(n)
         _rmsnorm_fwd_single[(triton.cdiv(m, rows),)](
             x, y, w, m, n, x.stride(0), y.stride(0), float(eps), ROWS=rows, **common
         )
@@ -271,7 +306,9 @@ SPEC = KernelSpec(
     },
     bytes_moved=bytes_moved,
     flops=flops,
-    source_hash=source_digest([sys.modules[__name__], rmsnorm_space, layernorm_space]),
+    source_hash=source_digest(
+        [sys.modules[__name__], row_window_module, rmsnorm_space, layernorm_space, row_window_space]
+    ),
     shape_help="MxN, e.g. 4096x1024",
     torch_baseline=torch_baseline,
 )

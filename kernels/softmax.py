@@ -25,10 +25,14 @@ import triton
 import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.kernels import row_window as row_window_module
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
+from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces import softmax as softmax_space
+from tunekit.search_spaces.row_window import vector_elements
 from tunekit.search_spaces.softmax import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, SPACE, next_pow2, single_block_n
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -57,6 +61,27 @@ def _softmax_single(
     total = tl.sum(e, axis=1)
     y = z - tl.log(total)[:, None] if LOG else e * (1.0 / total)[:, None]
     tl.store(Y + rows64 * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_window(
+    X,  # [M, N] input, unit stride along N, 16-byte aligned
+    Y,  # [M, N] output, same strides as X, 16-byte aligned
+    M,
+    N,
+    stride,
+    LOG: tl.constexpr,
+    VEC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    offs, _, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = tl.where(in_row, row_window_load(X, offs, in_row, chunk_in, last), float("-inf"))
+    z = x - tl.max(x, axis=1)[:, None]
+    e = tl.exp2(z * 1.4426950408889634)
+    total = tl.sum(e, axis=1)
+    y = z - tl.log(total)[:, None] if LOG else e * (1.0 / total)[:, None]
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
 
 
 @triton.jit
@@ -148,8 +173,14 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     block_n = int(config["BLOCK_N"])
     options = {"num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
     variant = config["variant"]
-    if variant == "single":
+    if variant == "window" and window_fits(x, y):
+        rows, vec = int(config["ROWS"]), vector_elements(DTYPE_NAMES[x.dtype])
+        _softmax_window[(triton.cdiv(m, rows),)](
+            x, y, m, n, x.stride(0), LOG=bool(log), VEC=vec, BLOCK_N=block_n, ROWS=rows, **options
+        )
+    elif variant in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
         rows = int(config["ROWS"])
+        block_n = single_block_n(n)
         _softmax_single[(triton.cdiv(m, rows),)](
             x, y, m, n, x.stride(0), y.stride(0), LOG=bool(log), BLOCK_N=block_n, ROWS=rows, **options
         )
@@ -280,6 +311,6 @@ SPEC = KernelSpec(
     },
     bytes_moved=bytes_moved,
     flops=flops,
-    source_hash=source_digest([sys.modules[__name__], softmax_space]),
+    source_hash=source_digest([sys.modules[__name__], row_window_module, softmax_space, row_window_space]),
     shape_help="MxN (softmax over the last dim N), e.g. 8192x4096",
 )

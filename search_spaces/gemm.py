@@ -9,8 +9,9 @@ Four variants, one kernel function each:
   [SPLIT_K, M, N]; a second small kernel sums the partials in a fixed order (deterministic) and applies the
   epilogue once. For few output tiles and long K (e.g. 16x4096x4096), where tiles alone cannot fill the GPU.
 - `tma`: Hopper's tensor memory accelerator loads A and B tiles through host-side tensor descriptors; persistent
-  like `persistent`. Only where the device has TMA (NVIDIA, compute capability >= 9.0) and strides are 16-byte
-  aligned.
+  like `persistent`. Only where the device has TMA (NVIDIA, compute capability >= 9.0) and base pointers and
+  leading strides are 16-byte aligned (the aligned16 flag); sizes need not divide anything (TMA zero-fills tiles
+  past the edge).
 
 The space is sized so that an exhaustive sweep of one shape takes minutes on an H200 (150-400 valid configs for
 the shapes in the recorded timing tables, cache/timings/): parameters whose value cannot change the kernel are
@@ -19,7 +20,8 @@ are ruled out (tensor-core tiles under 64 where the problem is larger, splitk wh
 
 The problem is a mapping with keys m, n, k (exact; problems that quantize alike share results through the
 tuner's quantization signature, tunekit.model), dtype, a_layout / b_layout
-("row" or "col"), activation, has_bias, has_residual and aligned16 (see `is_aligned16`).
+("row" or "col"), activation, has_bias, has_residual and aligned16 (16 bytes, not 16 elements: every operand's
+leading stride and data pointer is 16-byte aligned; see `is_aligned16`).
 """
 
 from __future__ import annotations
@@ -41,21 +43,29 @@ MAX_ACC_PER_THREAD = 128
 # Below this many tile elements per warp, eight warps idle on each other.
 MIN_TILE_PER_WARP = 1024
 MAX_SPLITK_WORKSPACE_BYTES = 512 * 1024 * 1024
-ALIGN = 16
+ALIGN_BYTES = 16  # TMA: base pointers and global (leading) strides must be multiples of 16 bytes
 
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def is_aligned16(m: int, n: int, k: int, a_layout: str) -> bool:
-    """Sizes part of the aligned16 flag: N and K (and M when A is column-major) are multiples of 16 elements.
+def is_aligned16(m: int, n: int, k: int, dtype: str, a_layout: str) -> bool:
+    """Sizes part of the aligned16 flag (16 BYTES): N and K (and M when A is column-major) times the element size
+    are multiples of 16 bytes.
 
-    The op also requires every leading stride and data pointer to be 16-element / 16-byte aligned before it sets
-    the flag (tunekit/ops/gemm.py); a problem parsed from a shape has contiguous operands, so sizes decide it.
-    TMA needs 16-byte aligned strides; 16 elements also make every masked row a whole number of 16-byte vectors.
+    These are the operands' leading dimensions: A's K (row-major [M, K]) or M (column-major), B's N (row-major
+    [K, N]) or K (column-major), and N for C and the residual (row-major [M, N]); N and K count whatever B's layout.
+    The op also requires every leading stride to span a multiple of 16 bytes and every data pointer to be 16-byte
+    aligned before it sets the flag (`tensors_aligned16`, tunekit/ops/gemm.py); a problem parsed from a shape has
+    contiguous operands, so sizes decide it. That is what TMA's tensor descriptors need: sizes themselves need no
+    alignment (tiles past the edge load as zeros), so bf16 3000x3000x3000 (6000-byte rows) is aligned, and 2-byte
+    types need multiples of 8 elements, fp32 multiples of 4. (The non-TMA kernels' ALIGN hint is separate: the
+    power of two, in elements, dividing the runtime sizes and strides, kernels/gemm.py `_alignment`.)
     """
-    return n % ALIGN == 0 and k % ALIGN == 0 and (a_layout == "row" or m % ALIGN == 0)
+    size = ELEMENT_BYTES[dtype]
+    dims = (n, k) if a_layout == "row" else (n, k, m)
+    return all(d * size % ALIGN_BYTES == 0 for d in dims)
 
 
 def compute_major(device: DeviceFingerprint) -> int:
@@ -222,7 +232,8 @@ SPACE = SearchSpace(
         Rule(
             "tma_needs_aligned16",
             _tma_aligned,
-            why="TMA requires 16-byte aligned base pointers and leading strides (the problem's aligned16 flag)",
+            why="TMA descriptors need 16-byte aligned base pointers and leading strides in bytes (the problem's "
+            "aligned16 flag); sizes need no alignment, tiles past the edge are zero-filled",
         ),
         Rule(
             "pipeline_fits_shared_memory",

@@ -1,9 +1,12 @@
 """Search space of the LayerNorm forward kernel (kernels/layernorm.py).
 
-Two variants:
+Three variants:
 - `single`: a program holds ROWS whole rows in registers as one [ROWS, BLOCK_N] block (BLOCK_N >= cols).
 - `looped`: a program walks one row in BLOCK_N chunks, twice (statistics, then normalise); for rows wider than
   one block, or where a whole row would spill registers.
+- `window`: `single` for rows whose length is not a whole number of 16-byte vectors (2^k±1 widths). Such rows
+  start anywhere inside a 16-byte vector, so row-relative loads go element by element; `window` reads each row
+  through the 16-byte aligned window that contains it (BLOCK_N >= cols + one vector) and masks the neighbours' values.
 
 The problem is a mapping with keys rows (a power-of-two bucket), cols, dtype, weight, bias.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.search_spaces.row_window import WINDOW_ONLY_FOR_UNALIGNED_ROWS, window_block_n
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 from tunekit.spec import DTYPES
 
@@ -24,6 +28,7 @@ MAX_PER_THREAD_LOOPED = 32  # a looped lane also carries its Welford mean and M2
 MAX_CHUNKS = 16
 WIDE_CHUNK = 4096
 THREADS_PER_WARP = 32
+HOLDS_ROWS = ("single", "window")  # variants keeping whole rows in registers (no loop)
 
 
 def next_pow2(n: int) -> int:
@@ -44,6 +49,8 @@ def _threads(config: Config) -> int:
 
 
 def _single_covers_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] == "window":
+        return config["BLOCK_N"] == window_block_n(int(problem["cols"]), str(problem["dtype"]))
     return config["variant"] != "single" or config["BLOCK_N"] == single_block_n(int(problem["cols"]))
 
 
@@ -63,7 +70,7 @@ def _looped_few_chunks(config: Config, problem: Problem, device: DeviceFingerpri
 
 
 def _single_one_stage(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "single" or config["num_stages"] == 1
+    return config["variant"] not in HOLDS_ROWS or config["num_stages"] == 1
 
 
 def _tile_fits_registers(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -75,7 +82,7 @@ def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerpri
 
 
 def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    cap = MAX_PER_THREAD_SINGLE if config["variant"] == "single" else MAX_PER_THREAD_LOOPED
+    cap = MAX_PER_THREAD_SINGLE if config["variant"] in HOLDS_ROWS else MAX_PER_THREAD_LOOPED
     return _tile(config) <= cap * _threads(config)
 
 
@@ -92,7 +99,7 @@ def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint
 
 SPACE = SearchSpace(
     params=(
-        Choice("variant", ("single", "looped")),
+        Choice("variant", ("single", "looped", "window")),
         PowerOfTwo("BLOCK_N", 16, MAX_BLOCK_ELEMENTS),
         PowerOfTwo("ROWS", 1, 64),
         PowerOfTwo("num_warps", 1, 32),
@@ -103,8 +110,10 @@ SPACE = SearchSpace(
         Rule(
             "single_block_covers_row",
             _single_covers_row,
-            why="single keeps a whole row in one block: BLOCK_N must be max(16, next_pow2(cols)), no more",
+            why="single keeps a whole row in one block: BLOCK_N must be max(16, next_pow2(cols)), no more "
+            "(window: the row plus one 16-byte vector of lead-in)",
         ),
+        WINDOW_ONLY_FOR_UNALIGNED_ROWS,
         Rule(
             "looped_block_narrower_than_row",
             _looped_needs_chunks,

@@ -1,8 +1,10 @@
 """Search space of the softmax / log_softmax kernel (kernels/softmax.py), over the last dim of a 2-D tensor.
 
-Three variants:
+Four variants:
 - `single`: a program holds ROWS whole rows in registers as one [ROWS, BLOCK_N] block (BLOCK_N >= cols): one read,
   one write.
+- `window`: `single` for rows that are no whole number of 16-byte vectors, read and written through the aligned
+  vectors containing them (search_spaces/row_window.py; BLOCK_N >= cols + one vector of lead-in).
 - `online`: a program walks one row in BLOCK_N chunks twice: a running max and rescaled sum per lane (one pass),
   then normalise and write (second pass). Two reads of x.
 - `looped`: the same chunks three times: max, then sum of exponentials, then write. One exponential fewer per
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.search_spaces.row_window import WINDOW_ONLY_FOR_UNALIGNED_ROWS, window_block_n
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
@@ -27,6 +30,7 @@ MAX_CHUNKS = 16
 THREADS_PER_WARP = 32
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 LOOPED_VARIANTS = ("online", "looped")
+HOLDS_ROWS = ("single", "window")
 
 
 def next_pow2(n: int) -> int:
@@ -47,6 +51,8 @@ def _threads(config: Config) -> int:
 
 
 def _single_covers_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    if config["variant"] == "window":
+        return config["BLOCK_N"] == window_block_n(int(problem["cols"]), str(problem["dtype"]))
     return config["variant"] != "single" or config["BLOCK_N"] == single_block_n(int(problem["cols"]))
 
 
@@ -66,7 +72,7 @@ def _looped_few_chunks(config: Config, problem: Problem, device: DeviceFingerpri
 
 
 def _single_one_stage(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "single" or config["num_stages"] == 1
+    return config["variant"] not in HOLDS_ROWS or config["num_stages"] == 1
 
 
 def _tile_fits_registers(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -94,7 +100,7 @@ def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint
 
 SPACE = SearchSpace(
     params=(
-        Choice("variant", ("single", "online", "looped")),
+        Choice("variant", ("single", "online", "looped", "window")),
         PowerOfTwo("BLOCK_N", MIN_BLOCK_N, MAX_BLOCK_ELEMENTS),
         PowerOfTwo("ROWS", 1, 64),
         PowerOfTwo("num_warps", 1, 32),
@@ -104,8 +110,10 @@ SPACE = SearchSpace(
         Rule(
             "single_block_covers_row",
             _single_covers_row,
-            why="single keeps a whole row in one block: BLOCK_N must be max(16, next_pow2(cols)), no more",
+            why="single keeps a whole row in one block: BLOCK_N must be max(16, next_pow2(cols)), no more "
+            "(window: the row plus one 16-byte vector of lead-in)",
         ),
+        WINDOW_ONLY_FOR_UNALIGNED_ROWS,
         Rule(
             "looped_block_narrower_than_row",
             _looped_needs_chunks,

@@ -174,10 +174,67 @@ def test_tma_kernel_runs_in_interpreter(layouts: tuple[str, str], dtype: torch.d
     """Never offered here, but the interpreter executes host tensor descriptors: check the kernel's indexing."""
     for (m, n, k), epilogue in (((64, 48, 32), "bias_gelu"), ((48, 32, 80), "gelu_tanh_residual")):
         inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts)
-        assert G.tensors_aligned16(*inputs[:4]) and is_aligned16(m, n, k, layouts[0])
+        assert G.tensors_aligned16(*inputs[:4]) and is_aligned16(m, n, k, DTYPE_NAMES[dtype], layouts[0])
         assert G._tma_descriptors(inputs[0], inputs[1], 32, 16, 16) is not None  # really the TMA kernel
         got = run_launch(config("tma", 32, 16, 16, group_m=1), inputs)
         assert_matches(got, reference64(inputs), f"tma {layouts} {m}x{n}x{k}")
+
+
+class _NotTma:
+    """Stands in for the non-TMA kernels: launching one (kernel[grid](...)) fails the test."""
+
+    def __getitem__(self, grid: object) -> None:
+        raise AssertionError("the tma config fell back to plain loads")
+
+
+# (dtype, M, N, K): 16-byte aligned leading dims that are not multiples of 16 elements nor of the blocks below
+# (64 x 32 x 32): M, N and K each end in a partial tile, so the descriptors' zero fill is what makes them right.
+BYTE_ALIGNED = (("bfloat16", 40, 24, 40), ("float16", 72, 24, 40), ("float32", 36, 20, 44))
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda lay: "-".join(lay))
+@pytest.mark.parametrize("case", BYTE_ALIGNED, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}x{c[3]}")
+def test_tma_on_byte_aligned_sizes(
+    case: tuple[str, int, int, int], layouts: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aligned16 is 16 bytes, as TMA needs: sizes that are no multiple of 16 elements (or of the tile) are aligned
+    when their rows span multiples of 16 bytes, the space offers tma on Hopper, and the descriptor kernel is right
+    with ragged M, N and K tails (K = 40 / 44 with BLOCK_K = 32: the last K tile is partly zero-filled)."""
+    dtype, m, n, k = case
+    problem = G.make_problem(
+        m, n, k, dtype, a_layout=layouts[0], b_layout=layouts[1], activation="gelu", has_bias=True, has_residual=True
+    )
+    assert problem["aligned16"] and k % 32 and (n % 16 or k % 16)
+    cfg = config("tma", 64, 32, 32, group_m=1 if m <= 64 else 8)
+    assert SPACE.is_valid(cfg, problem, H200), SPACE.violations(cfg, problem, H200)
+    inputs = SPEC.make_inputs(problem, CPU, 0)
+    assert G.tensors_aligned16(*inputs[:4]) and G._tma_descriptors(inputs[0], inputs[1], 64, 32, 32) is not None
+
+    for name in ("_gemm_grouped_kernel", "_gemm_persistent_kernel", "_gemm_splitk_kernel"):
+        monkeypatch.setattr(G, name, _NotTma())  # a fallback to plain loads fails here
+    got = run_launch(cfg, inputs)
+    assert_matches(got, reference64(inputs), f"tma {dtype} {layouts} {m}x{n}x{k}")
+    assert verify_config(SPEC, cfg, problem, CPU, seed=1) is None
+
+
+def test_aligned16_counts_bytes() -> None:
+    """The flag's sizes part: N, K (and M for column-major A) times the element size, multiples of 16 bytes."""
+    assert is_aligned16(3000, 3000, 3000, "bfloat16", "row")  # 6000-byte rows: TMA-capable
+    assert is_aligned16(3000, 3000, 3000, "bfloat16", "col") and is_aligned16(3001, 3000, 3000, "bfloat16", "row")
+    assert not is_aligned16(3001, 3000, 3000, "bfloat16", "col")  # column-major A: M is its leading dim
+    assert is_aligned16(1, 20, 44, "float32", "row") and not is_aligned16(1, 20, 44, "float16", "row")
+    assert not is_aligned16(64, 4095, 4096, "float32", "row") and not is_aligned16(64, 4096, 4094, "float32", "row")
+    assert not is_aligned16(64, 4096, 4092, "bfloat16", "row") and is_aligned16(64, 4096, 4092, "float32", "row")
+    # Tensors: leading strides in bytes and data pointers.
+    assert G.tensors_aligned16(torch.empty(3, 4), torch.empty(5, 8, dtype=torch.float16).T)
+    assert not G.tensors_aligned16(torch.empty(3, 4, dtype=torch.float16))  # an 8-byte leading stride
+    assert not G.tensors_aligned16(torch.empty(13)[1:].view(3, 4))  # pointer off by 4 bytes
+    assert not G.tensors_aligned16(torch.empty(4, 6)[:, :4])  # 24-byte leading stride
+    # The recorded 3000^3 table keeps its stored flag (false); the problem made today is TMA-capable.
+    problem = G.make_problem(3000, 3000, 3000, "bfloat16", activation="gelu", has_bias=True)
+    tma = config("tma", 128, 128, 64, group_m=8, num_warps=8)
+    assert problem["aligned16"] and SPACE.is_valid(tma, problem, H200)
+    assert SPACE.violations(tma, dict(problem, aligned16=False), H200) == ["tma_needs_aligned16"]
 
 
 def test_alignment_hints() -> None:
@@ -243,16 +300,23 @@ def test_spec_make_inputs_and_verify(problem: dict) -> None:
         assert verify_config(SPEC, cfg, problem, CPU, seed=3) is None, cfg
 
 
-def test_make_inputs_honours_layouts_and_alignment() -> None:
-    p = G.make_problem(32, 48, 64, "float16", a_layout="col", b_layout="col", has_bias=True, has_residual=True)
-    assert p["aligned16"]
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+@pytest.mark.parametrize("sizes", ((32, 48, 64), (24, 40, 40), (36, 20, 44)), ids=lambda s: "x".join(map(str, s)))
+def test_make_inputs_honours_layouts_and_alignment(sizes: tuple[int, int, int], dtype: str) -> None:
+    m, n, k = sizes
+    p = G.make_problem(m, n, k, dtype, a_layout="col", b_layout="col", has_bias=True, has_residual=True)
+    size = getattr(torch, dtype).itemsize
+    assert p["aligned16"] == all(d * size % 16 == 0 for d in sizes)
     a, b, bias, residual, _, alpha, beta = SPEC.make_inputs(p, CPU, 0)
-    assert G.layout_of(a) == "col" and G.layout_of(b) == "col" and G.tensors_aligned16(a, b, bias, residual)
-    assert a.shape == (32, 64) and b.shape == (64, 48) and alpha != 1.0 and beta != 1.0
+    assert G.layout_of(a) == "col" and G.layout_of(b) == "col"
+    assert G.tensors_aligned16(a, b, bias, residual) == p["aligned16"]
+    assert a.shape == (m, k) and b.shape == (k, n) and alpha != 1.0 and beta != 1.0
+    # An unaligned problem whose sizes are aligned gets padded leading strides: no longer 16-byte multiples.
     unaligned = dict(p, aligned16=False)
     a, b, *_ = SPEC.make_inputs(unaligned, CPU, 0)
-    assert G.layout_of(a) == "col" and not G.tensors_aligned16(a, b)
+    assert G.layout_of(a) == "col" and not G.tensors_aligned16(a) and not G.tensors_aligned16(b)
     assert verify_config(SPEC, config(), unaligned, CPU, seed=0) is None
+    assert verify_config(SPEC, config("tma"), unaligned, CPU, seed=0) is None  # falls back to plain loads
 
 
 def test_wrong_kernel_fails_verification(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -413,6 +477,15 @@ def test_op_problem_keys() -> None:
         "m": 20, "n": 48, "k": 32, "dtype": "float16", "a_layout": "row", "b_layout": "col",
         "activation": "relu", "has_bias": False, "has_residual": False, "aligned16": True,
     }  # fmt: skip
+    d.clear()
+    # 16 bytes, not 16 elements: K = 40 and N = 24 bf16 are 80- and 48-byte rows.
+    linear(torch.randn(20, 40, dtype=torch.bfloat16), torch.randn(24, 40, dtype=torch.bfloat16))
+    ((key,),) = (tuple(d.memo),)
+    assert SPEC.problem_dict(key)["aligned16"] is True
+    d.clear()
+    linear(torch.randn(20, 36, dtype=torch.bfloat16), torch.randn(24, 36, dtype=torch.bfloat16))  # 72-byte rows
+    ((key,),) = (tuple(d.memo),)
+    assert SPEC.problem_dict(key)["aligned16"] is False
     d.clear()
     misaligned = torch.randn(20 * 32 + 1, dtype=torch.float16)[1:].view(20, 32)  # data pointer off by 2 bytes
     matmul(misaligned, w.T)

@@ -16,7 +16,7 @@ from fingerprints import H200
 from tunekit.device import fingerprint
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import layernorm as ln
-from tunekit.search_spaces.layernorm import SPACE, next_pow2, single_block_n
+from tunekit.search_spaces.layernorm import SPACE, next_pow2, single_block_n, window_block_n
 from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
@@ -75,7 +75,7 @@ def test_every_kernel_shape_in_space_matches_torch(dtype: str, m: int, n: int) -
 
 def test_sampled_configs_cover_both_variants_and_multi_row_programs() -> None:
     configs = _distinct_kernels(_problem(17, 1023, "float32"))
-    assert {c["variant"] for c in configs} == {"single", "looped"}
+    assert {c["variant"] for c in configs} == {"single", "looped", "window"}  # 1023 fp32 rows: unaligned
     assert any(c["variant"] == "single" and c["ROWS"] > 1 for c in configs)
     # 17 rows with ROWS=32: one program, 15 masked-off rows.
     assert any(c["ROWS"] > 17 for c in configs)
@@ -271,3 +271,50 @@ def test_spec_declaration() -> None:
     assert spec.torch_baseline is not None
     (y,) = spec.alloc_outputs(_inputs(3, 5, "bfloat16", True, True))
     assert y.shape == (3, 5) and y.dtype == torch.bfloat16
+
+
+# --- the window variant: rows that start inside a 16-byte vector -----------------------------------------------
+
+
+def _window(n: int, dtype: str, rows: int = 1) -> dict:
+    return {"variant": "window", "BLOCK_N": window_block_n(n, dtype), "ROWS": rows, "num_warps": 4, "num_stages": 1}
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("m,n,rows", [(9, 1001, 1), (7, 97, 4), (13, 33, 8), (3, 15, 2)])
+def test_window_matches_torch_at_every_row_offset(dtype: str, m: int, n: int, rows: int) -> None:
+    """Odd widths put consecutive rows at every offset within a vector; the last program holds a partial block."""
+    _check(_window(n, dtype, rows), _inputs(m, n, dtype, weight=True, bias=True))
+
+
+def test_window_leaves_the_neighbours_of_each_row_untouched() -> None:
+    """Rows inside a wider buffer: each row shares its edge vectors with padding that must keep its values."""
+    m, n, pad = 11, 37, 3
+    x_buf = torch.randn(m, n + pad).to(torch.float16)
+    y_buf = torch.full_like(x_buf, -7.0)
+    x, y = x_buf[:, :n], y_buf[:, :n]
+    w, b = torch.randn(n).to(torch.float16), torch.randn(n).to(torch.float16)
+    ln.launch(_window(n, "float16", 2), (x, w, b, 1e-5), (y,))
+    (expected,) = ln.reference((x, w, b, 1e-5))
+    torch.testing.assert_close(y, expected, atol=1e-2, rtol=1e-2)
+    assert torch.equal(y_buf[:, n:], torch.full((m, pad), -7.0, dtype=torch.float16))
+
+
+def test_window_on_tensors_it_cannot_take_falls_back_to_plain_loads() -> None:
+    """A view starting 2 bytes into a vector, or an output with other strides: still correct (single's kernel)."""
+    base = torch.randn(6, 102).to(torch.float16)
+    x = base[:, 1:100]  # data pointer 2 bytes past the allocation's alignment
+    assert x.data_ptr() % 16 != 0
+    _check(_window(99, "float16", 2), (x, None, None, 1e-5))
+
+
+def test_window_only_for_rows_that_are_not_whole_vectors() -> None:
+    config = _window(4096, "float16")
+    assert "window_only_for_unaligned_rows" in SPACE.violations(config, _problem(64, 4096, "float16"), H200)
+    assert SPACE.is_valid(_window(4097, "float16"), _problem(64, 4097, "float16"), H200)
+    # 4100 fp32 values are 16400 bytes, whole vectors; 4100 fp16 values are not.
+    assert not SPACE.is_valid(_window(4100, "float32"), _problem(64, 4100, "float32"), H200)
+    assert SPACE.is_valid(_window(4100, "float16"), _problem(64, 4100, "float16"), H200)
+    assert window_block_n(4097, "float16") == 8192 and window_block_n(4089, "float16") == 4096
+    wrong = {**_window(4097, "float16"), "BLOCK_N": 16384}
+    assert "single_block_covers_row" in SPACE.violations(wrong, _problem(64, 4097, "float16"), H200)

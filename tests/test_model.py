@@ -12,6 +12,7 @@ from tunekit.device_limits import DeviceLimits
 from tunekit.model import Resources, occupancy
 from tunekit.model_kernels import geometry
 from tunekit.registry import get_spec
+from tunekit.search_spaces.gemm import is_aligned16
 
 
 def gemm_problem(m: int, n: int = 4096, k: int = 4096, dtype: str = "bfloat16") -> dict:
@@ -26,7 +27,7 @@ def gemm_problem(m: int, n: int = 4096, k: int = 4096, dtype: str = "bfloat16") 
         "activation": "none",
         "has_bias": False,
         "has_residual": False,
-        "aligned16": n % 16 == 0 and k % 16 == 0,
+        "aligned16": is_aligned16(m, n, k, dtype, "row"),  # 16-byte leading dims, as the ops set it
     }
 
 

@@ -4,17 +4,23 @@ parts (timing selection, roofline) and a hand-made GPU run."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
-from tunekit import report
+from tunekit import backend, plot, report, suite
+from tunekit.bench import WallClockTimer
+from tunekit.cli import app
 from tunekit.errors import TunekitError
 from tunekit.plot import plot_file, plot_run
 from tunekit.registry import get_spec
 from tunekit.report import (
+    AUTOGRAD_NOTE,
     COMPILED,
+    COPY,
     EAGER,
     EVENTS,
     GRAPH,
@@ -27,11 +33,15 @@ from tunekit.report import (
     BenchRun,
     Measurement,
     Row,
+    check_baseline,
+    check_then_time,
     roofline_ms,
     run_bench,
+    summarize,
     timing_method,
 )
-from tunekit.suite import Baseline, families, work_list
+from tunekit.suite import AutogradRunner, Baseline, eager_runner, families, work_list
+from tunekit.verify import check_outputs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -86,6 +96,7 @@ def gpu_like_run() -> BenchRun:
         Measurement(TUNEKIT, ms=2.0, timing=EVENTS, served_by="shipped", config={"BLOCK_N": 4096}),
         Measurement(EAGER, ms=4.0, timing=EVENTS),
         Measurement(COMPILED, "wrong", note="output 0: max abs error 1 over tolerance"),
+        Measurement(COPY, ms=1.25, timing=EVENTS),
     ]
     small = Row("layernorm", "layernorm", "8x4096 fp16", {"rows": 8}, "memory", 131072, 0, GRAPH, 0.00003)
     small.measurements = [Measurement(TUNEKIT, ms=0.004, timing=GRAPH), Measurement(EAGER, ms=0.006, timing=GRAPH)]
@@ -112,6 +123,8 @@ def test_rates_and_ratios_of_a_row():
 def test_gpu_table_shows_rates_roofline_floor_and_ratios():
     text = report.render(gpu_like_run())
     assert "copy bandwidth 4000 GB/s" in text and "bf16 matmul 800 TFLOP/s" in text
+    assert "tunekit/copy" in text and "3200" in text and "0.62" in text  # the copy of 4 GB in 1.25 ms; 1.25 / 2
+    assert "vs copy" not in text  # a copy is what tunekit is held to, not a baseline it is compared with
     assert "launch floor 2.00 µs" in text
     assert "2000" in text and "4000" in text  # tunekit's GB/s, and the roofline (4 GB in 1 ms)
     assert "0.50" in text and "2.00x" in text  # tunekit / roofline, and vs torch
@@ -224,3 +237,279 @@ def test_max_autotune_is_skipped_in_the_interpreter_with_inductor():
     run = run_bench([(gemm, gemm.tiny[0])], BenchOptions(heuristic=False, max_autotune=True))
     m = run.rows[0].get(MAX_AUTOTUNE)
     assert m is not None and m.status == "skipped" and "GPU" in m.note
+
+
+# ---------------------------------------------------------------------------------------------- baseline tolerance
+
+BF16_ULP_AT_4 = 2.0**-5  # one bf16 ulp of a value in [4, 8): what torch eager's rounded intermediates cost
+
+
+def gelu_residual_inputs():
+    """The tiny bias + GELU + residual GEMM in bf16, with the suite's alpha = beta = 1, and its reference."""
+    gemm, spec = families()["gemm"], get_spec("gemm")
+    problem = next(p for p in gemm.tiny if suite.epilogue_of(p) == "bias_gelu_residual")
+    inputs = gemm.adapt_inputs(spec.make_inputs(problem, backend.torch_device(), suite.SEED))
+    return gemm, problem, spec, inputs
+
+
+def one_ulp_off(spec, inputs):
+    """The reference, with one bf16 ulp of a magnitude-4 intermediate added where the output is nearest zero."""
+    (y,) = spec.reference(inputs)
+    y = y.clone()
+    flat = y.view(-1)
+    flat[flat.abs().argmin()] += BF16_ULP_AT_4
+    return (y,)
+
+
+def no_bias(spec, inputs):
+    a, b, _, residual, activation, alpha, beta = inputs
+    return spec.reference((a, b, None, residual, activation, alpha, beta))
+
+
+def test_baselines_are_checked_relative_to_the_output_scale():
+    _, _, spec, inputs = gelu_residual_inputs()
+    expected = spec.reference(inputs)
+    assert float(expected[0].abs().max()) > 2.0  # the ulp is a rounding error next to this output's scale
+    rounded = one_ulp_off(spec, inputs)
+    assert check_outputs(spec, rounded, expected) is not None  # the kernel's own tolerance rejects it ...
+    assert check_baseline(spec, rounded, expected) is None  # ... a baseline's absorbs it
+    (y,) = expected
+    for wrong in (no_bias(spec, inputs), (torch.zeros_like(y),), (torch.randn_like(y.float()).to(y.dtype),)):
+        assert "output 0: max abs error" in (check_baseline(spec, wrong, expected) or "")
+    assert check_baseline(spec, (y[:1],), expected) is not None  # and a wrong shape
+
+
+def test_a_baseline_off_by_rounding_is_timed_and_a_wrong_one_is_not():
+    gemm, problem, spec, _ = gelu_residual_inputs()
+    fakes = {
+        "rounded": lambda inputs: lambda: one_ulp_off(spec, inputs),
+        "no bias": lambda inputs: lambda: no_bias(spec, inputs),
+        "zeros": lambda inputs: lambda: (torch.zeros_like(spec.reference(inputs)[0]),),
+    }
+    family = type(gemm)(**{**vars(gemm), "baselines": tuple(Baseline(n, b) for n, b in fakes.items())})
+    row = run_bench([(family, problem)], BenchOptions(heuristic=False)).rows[0]
+    assert row.get("rounded").status == "ok" and row.ms("rounded") is not None
+    for name in ("no bias", "zeros"):
+        m = row.get(name)
+        assert m is not None and m.status == "wrong" and m.ms is None and "over tolerance" in m.note, m
+
+
+def test_tunekit_kernels_keep_the_kernels_tolerance():
+    _, _, spec, inputs = gelu_residual_inputs()
+    expected = spec.reference(inputs)
+    build = lambda: lambda: one_ulp_off(spec, inputs)  # noqa: E731
+    timer = WallClockTimer()
+    assert check_then_time(TUNEKIT, build, spec, expected, WALL, timer, baseline=False).status == "wrong"
+    assert check_then_time(EAGER, build, spec, expected, WALL, timer, baseline=True).status == "ok"
+
+
+# ---------------------------------------------------------------------------------------------- copy of the bytes
+
+
+class FixedTimer:
+    """Runs the function once and answers a fixed time (the GPU-only paths, exercised on the CPU)."""
+
+    label = "fixed"
+
+    def __init__(self, ms: float = 0.01) -> None:
+        self.ms = ms
+        self.calls = 0
+
+    def __call__(self, fn, config) -> float:
+        fn()
+        self.calls += 1
+        return self.ms
+
+
+def gpu_context(timer, interpreted=False):
+    return report._Context(BenchOptions(heuristic=False), timer, interpreted, 4000.0, 800.0, False)
+
+
+def test_memory_rows_time_a_copy_of_their_own_bytes(monkeypatch):
+    copied = []
+    real = report.copy_runner
+    monkeypatch.setattr(report, "copy_runner", lambda nbytes: copied.append(nbytes) or real(nbytes))
+    monkeypatch.setattr(report, "timing_method", lambda nbytes, interpreted: EVENTS)  # a bandwidth-sized row
+    layernorm, gemm = families()["layernorm"], families()["gemm"]
+    row = report.measure_row(layernorm, layernorm.tiny[0], gpu_context(FixedTimer()))
+    m = row.get(COPY)
+    assert m is not None and m.status == "ok" and m.timing == EVENTS and m.ms == 0.01
+    assert copied == [row.bytes_moved // 2]  # half read, half written: the row's bytes
+    assert report.row_ratio(row, report.COPY_RATIO) == pytest.approx(1.0)
+    assert report.measure_row(gemm, gemm.tiny[0], gpu_context(FixedTimer())).get(COPY) is None  # compute-bound
+
+
+def test_launch_bound_rows_time_no_copy(monkeypatch):
+    monkeypatch.setattr(report, "time_graphed", lambda timer, run: 0.002)
+    layernorm = families()["layernorm"]
+    row = report.measure_row(layernorm, layernorm.tiny[0], gpu_context(FixedTimer()))
+    assert row.timing == GRAPH and row.get(COPY) is None  # held to the launch floor instead
+    assert row.get(TUNEKIT).timing == GRAPH
+
+
+OLD_ROW = {  # a row of the first H200 run's JSON: written before rows timed a copy of their bytes
+    "family": "layernorm",
+    "kernel": "layernorm",
+    "label": "4096x4096 fp16",
+    "problem": {"rows": 4096, "cols": 4096, "dtype": "float16", "weight": True, "bias": True},
+    "bound": "memory",
+    "bytes_moved": 67125248,
+    "flops": 134217728,
+    "timing": "cuda-events",
+    "roofline_ms": 0.015807858597327144,
+    "measurements": [
+        {"impl": "tunekit", "status": "ok", "ms": 0.022784, "timing": "cuda-events", "note": "",
+         "served_by": "shipped", "config": {"BLOCK_N": 4096}},
+        {"impl": "torch", "status": "ok", "ms": 0.033792, "timing": "cuda-events", "note": "",
+         "served_by": None, "config": None},
+    ],
+}  # fmt: skip
+
+
+def test_a_json_without_copies_still_loads_renders_and_summarizes(tmp_path):
+    path = tmp_path / "old.json"
+    old = {"format": "tunekit-bench", "schema": 1, "device": "h200-sm90-132sm", "timer": "cuda-events"}
+    old |= {"interpreted": False, "torch_version": "2.11.0", "triton_version": "3.6.0", "copy_gbps": 4246.3}
+    path.write_text(json.dumps({**old, "rows": [OLD_ROW]}))
+    run = BenchRun.load(path)
+    assert run.rows[0].get(COPY) is None
+    text = report.render(run)
+    (columns,) = [line for line in text.splitlines() if "problem" in line]
+    assert "tunekit/bound" in columns and "tunekit/copy" not in columns and "copy" not in columns
+    assert "layernorm [width multiple of 8] tunekit/copy >= 0.90: not measured (1 GiB roofline: 0.69" in text
+    assert "copy not measured" in text
+    plot_run(run, tmp_path / "old.png")
+
+
+# ---------------------------------------------------------------------------------------------- autograd, capture
+
+
+def layernorm_backward_row_inputs():
+    family, spec = families()["layernorm_backward"], get_spec("layernorm_backward")
+    inputs = spec.make_inputs(family.tiny[0], backend.torch_device(), suite.SEED)
+    return family, spec, inputs
+
+
+def test_autograd_baselines_are_timed_with_events_and_never_captured(monkeypatch):
+    captured = []
+    monkeypatch.setattr(report, "time_graphed", lambda timer, run: captured.append(run) or 0.002)
+    family, _, inputs = layernorm_backward_row_inputs()
+    row = report.measure_row(family, family.tiny[0], gpu_context(FixedTimer(0.0195)))
+    assert row.timing == GRAPH
+    tunekit, torch_m = row.get(TUNEKIT), row.get(EAGER)
+    assert tunekit.timing == GRAPH and tunekit.ms == 0.002  # tunekit's kernel: a graph, as before
+    assert torch_m.status == "ok" and torch_m.timing == EVENTS and torch_m.note == AUTOGRAD_NOTE
+    assert not any(isinstance(run, AutogradRunner) for run in captured)
+    assert isinstance(eager_runner(family.torch_program(inputs)), AutogradRunner)
+    # Graph µs and events µs are not compared: no ratio; the cell says how it was timed; the plot leaves it out.
+    assert row.speedup(TUNEKIT, EAGER) is None
+    assert report._cell(row, EAGER) == "19.5 µs (events)"
+    assert plot._value(row, EAGER) is None and plot._value(row, TUNEKIT) == pytest.approx(2.0)
+
+
+def test_a_failed_capture_is_settled_before_falling_back_to_events(monkeypatch):
+    def failed_capture(timer, run):
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    settled = []
+    monkeypatch.setattr(report, "time_graphed", failed_capture)
+    monkeypatch.setattr(report, "_after_failed_capture", lambda: settled.append(True))
+    ms, timing, note = report._time(lambda: None, GRAPH, FixedTimer(0.5))
+    assert (ms, timing) == (0.5, EVENTS) and note.startswith("graph capture failed") and settled == [True]
+
+    def context_in_error():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(report, "_after_failed_capture", context_in_error)  # reported here, not on the next row
+    _, spec, inputs = layernorm_backward_row_inputs()
+    build = lambda: lambda: spec.reference(inputs)  # noqa: E731
+    m = check_then_time(EAGER, build, spec, spec.reference(inputs), GRAPH, FixedTimer(), baseline=True)
+    assert m.status == "failed" and "illegal memory access" in m.note and m.ms is None
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def _row(family: str, problem: dict, timing: str, bound: str = "memory", **ms: float | str) -> Row:
+    """A row of hand-made times: impl=ms (or impl="skipped")."""
+    row = Row(family, family, family, dict(problem), bound, 10**9, 10**12, timing, 0.5)
+    names = {"tunekit": TUNEKIT, "torch": EAGER, "copy": COPY, "cublaslt": "cuBLASLt"}
+    for key, value in ms.items():
+        impl = names[key]
+        if value == "skipped":
+            row.measurements.append(Measurement(impl, "skipped", note="cuBLASLt has no fused epilogue for this"))
+        else:
+            row.measurements.append(Measurement(impl, ms=float(value), timing=timing))
+    return row
+
+
+def summary_run() -> BenchRun:
+    """layernorm at a width multiple of 8, at 2^k+1, and launch-bound; GEMMs large (one without cuBLASLt) and
+    skinny."""
+    run = gpu_like_run()
+    ln = get_spec("layernorm")
+    gemm = lambda m, epilogue: suite.gemm_problem(m, 4096, 4096, "bfloat16", epilogue)  # noqa: E731
+    run.rows = [
+        _row("layernorm", ln.problem_from_shape((4096, 4096), "float16"), EVENTS, tunekit=2.0, copy=1.9, torch=5.0),
+        _row("layernorm", ln.problem_from_shape((4096, 4097), "float16"), EVENTS, tunekit=2.0, copy=1.5, torch=4.0),
+        _row("layernorm", ln.problem_from_shape((8, 4096), "float16"), GRAPH, tunekit=0.004, torch=0.4),
+        _row("gemm", gemm(4096, "bias_relu"), EVENTS, "compute", tunekit=0.9, torch=1.2, cublaslt=1.0),
+        _row("gemm", gemm(4096, "none"), EVENTS, "compute", tunekit=1.0, torch=1.0, cublaslt="skipped"),
+        _row("gemm", gemm(16, "bias_relu"), EVENTS, "compute", tunekit=1.0, torch=1.0, cublaslt=0.8),
+    ]
+    return run
+
+
+def _target(summary: dict, family: str, group: str, ratio: str) -> dict:
+    (found,) = [t for t in summary["targets"] if (t["family"], t["group"], t["ratio"]) == (family, group, ratio)]
+    return found
+
+
+def test_summary_geomeans_over_non_launch_bound_rows_and_judges_the_targets():
+    summary = summarize(summary_run())
+    assert summary is not None
+    width8 = _target(summary, "layernorm", suite.WIDTH_8, report.COPY_RATIO)
+    assert width8["value"] == pytest.approx(0.95) and width8["holds"] and width8["rows"] == 1
+    assert width8[report.BOUND_RATIO] == pytest.approx(0.25)  # the 1 GiB roofline's ratio beside it
+    odd = _target(summary, "layernorm", suite.WIDTH_ODD, report.COPY_RATIO)
+    assert odd["value"] == pytest.approx(0.75) and not odd["holds"]
+    eager = _target(summary, "layernorm", suite.ALL, "vs torch")
+    assert eager["value"] == pytest.approx(5**0.5) and eager["rows"] == 2  # the launch-bound row's 100x left out
+    compiled = _target(summary, "layernorm", suite.ALL, "vs torch.compile")
+    assert compiled["value"] is None and compiled["left_out"] == {"torch.compile not measured": 2}
+    large = _target(summary, "gemm", suite.GEMM_LARGE, "vs cuBLASLt")
+    assert large["value"] == pytest.approx(1 / 0.9) and (large["rows"], large["of"]) == (1, 2)
+    assert list(large["left_out"]) == ["cuBLASLt n/a: cuBLASLt has no fused epilogue for this"]
+    skinny = _target(summary, "gemm", suite.GEMM_SKINNY, "vs cuBLASLt")
+    assert skinny["value"] == pytest.approx(0.8) and not skinny["holds"]
+    assert _target(summary, "gemm", suite.ALL, "vs torch")["value"] == pytest.approx((1.2 / 0.9) ** (1 / 3))
+    assert not [t for t in summary["targets"] if t["family"] not in ("layernorm", "gemm")]  # families not run
+    groups = {(g["family"], g["group"]): g["rows"] for g in summary["geomeans"]}
+    assert groups[("layernorm", suite.ALL)] == 2 and groups[("layernorm", suite.WIDTH_ODD)] == 1
+
+
+def test_summary_is_printed_and_stored_and_recomputed_from_a_saved_json(tmp_path):
+    run = summary_run()
+    text = report.render(run, width=250)
+    assert text.index("summary: geomeans") > text.index("gemm: TFLOP/s")  # after the tables
+    assert "layernorm [width multiple of 8] tunekit/copy >= 0.90: 0.95 holds (1 GiB roofline: 0.25; 1 row)" in text
+    assert "layernorm [width 2^k±1] tunekit/copy >= 0.80: 0.75 missed by 0.05" in text
+    assert "gemm [skinny M (1-128)] vs cuBLASLt >= 0.90x: 0.80x missed by 0.10x" in text
+    assert "1 of 2 rows; left out: 1 cuBLASLt n/a" in text
+    path = tmp_path / "run.json"
+    run.save(path)
+    stored = json.loads(path.read_text())["summary"]
+    assert stored == json.loads(json.dumps(summarize(run)))
+    assert BenchRun.load(path) == run  # the summary is derived, never read back
+    result = CliRunner().invoke(app, ["bench", "--summary", str(path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "0.75 missed by 0.05" in result.output and "copy bandwidth 4000 GB/s" in result.output
+    assert "layernorm: GB/s" not in result.output  # the summary, not the tables again
+
+
+def test_no_summary_for_an_interpreter_run(quick_run, tmp_path):
+    assert summarize(quick_run) is None
+    assert "summary: none in the interpreter" in report.render(quick_run)
+    path = tmp_path / "quick.json"
+    quick_run.save(path)
+    assert json.loads(path.read_text())["summary"] is None

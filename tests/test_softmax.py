@@ -58,7 +58,7 @@ def _configs(problem: dict) -> list[dict]:
     for c in SPACE.valid_configs(problem, HERE):
         distinct.setdefault((c["variant"], c["BLOCK_N"], c["ROWS"]), c)
     picks = [sm.heuristic(problem, HERE)]
-    for variant in ("single", "online", "looped"):
+    for variant in ("single", "online", "looped", "window"):
         of_variant = [c for c in distinct.values() if c["variant"] == variant]
         picks += of_variant[:: max(1, len(of_variant) // 2)]
     return picks
@@ -80,7 +80,9 @@ def test_kernel_configs_match_fp64_reference(m: int, n: int, dtype: str, log: bo
         assert wrong is None, f"{config}: {wrong}"
 
 
-@pytest.mark.parametrize("variant,block_n,rows", [("single", 16, 2), ("online", 16, 1), ("looped", 16, 1)])
+@pytest.mark.parametrize(
+    "variant,block_n,rows", [("single", 16, 2), ("online", 16, 1), ("looped", 16, 1), ("window", 32, 2)]
+)
 def test_edge_values_match_torch(variant: str, block_n: int, rows: int) -> None:
     """-inf entries, an all -inf row (NaN), a NaN (whole row NaN), huge values (needs the max shift)."""
     inf = math.inf
@@ -93,12 +95,24 @@ def test_edge_values_match_torch(variant: str, block_n: int, rows: int) -> None:
         ],
         device=DEV,
     )
-    config = {"variant": variant, "BLOCK_N": block_n if variant != "single" else 32, "ROWS": rows}
+    config = {"variant": variant, "BLOCK_N": block_n if variant not in ("single", "window") else 32, "ROWS": rows}
     config |= {"num_warps": 1, "num_stages": 1}
     for log in (False, True):
         (y,) = _launch(config, (x, log))
         want = (torch.log_softmax if log else torch.softmax)(x.double().cpu(), -1)
         torch.testing.assert_close(y.double().cpu(), want, equal_nan=True, atol=1e-6, rtol=1e-5)
+
+
+def test_window_is_offered_for_unaligned_rows_and_leaves_neighbours_untouched() -> None:
+    problem = sm.problem((64, 4097), "float16")
+    assert any(c["variant"] == "window" and c["BLOCK_N"] == 8192 for c in SPACE.valid_configs(problem, H200))
+    assert not any(c["variant"] == "window" for c in SPACE.valid_configs(sm.problem((64, 4096), "float16"), H200))
+    m, n, pad = 7, 45, 3
+    x_buf, y_buf = torch.randn(m, n + pad, device=DEV), torch.full((m, n + pad), -5.0, device=DEV)
+    config = {"variant": "window", "BLOCK_N": 64, "ROWS": 2, "num_warps": 2, "num_stages": 1}
+    sm.launch(config, (x_buf[:, :n], False), (y_buf[:, :n],))
+    torch.testing.assert_close(y_buf[:, :n], torch.softmax(x_buf[:, :n], -1), **TOL[torch.float32])
+    assert torch.equal(y_buf[:, n:], torch.full((m, pad), -5.0, device=DEV))
 
 
 # --- space, heuristic, spec --------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def test_cli_bench_kernel_shape_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["format"] == "tunekit-bench" and len(data["rows"]) == 1
     statuses = {m["impl"]: m["status"] for m in data["rows"][0]["measurements"]}
-    assert statuses == {"tunekit": "ok", "heuristic": "ok", "torch": "ok"}
+    assert statuses == {"tunekit": "ok", "heuristic": "ok", "torch": "ok", "copy": "ok"}
 
 
 @pytest.mark.parametrize(
@@ -156,3 +156,45 @@ def test_help_of_bench_and_plot():
     for cmd in ("bench", "plot"):
         result = runner.invoke(app, [cmd, "--help"])
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_norm_groups_split_widths_multiple_of_8_from_2k_plus_minus_1():
+    assert all(suite.is_pow2_plus_minus_1(n) for n in suite.ODD_SIZES)
+    assert not any(suite.is_pow2_plus_minus_1(n) for n in suite.HIDDEN_SIZES + suite.SMALL_ROW_WIDTHS + (1, 2, 11))
+    for name in ("layernorm", "rmsnorm", "layernorm_backward"):
+        groups = dict(families()[name].groups)
+        full = families()[name].full
+        assert {p["cols"] for p in full if groups[suite.WIDTH_8](p)} == set(suite.HIDDEN_SIZES)
+        assert {p["cols"] for p in full if groups[suite.WIDTH_ODD](p)} == set(suite.ODD_SIZES)
+
+
+def test_gemm_groups_are_the_targets_size_classes():
+    groups = dict(families()["gemm"].groups)
+
+    def classes(p):
+        return {name for name, member in groups.items() if member(p)}
+
+    for p in families()["gemm"].full:
+        m, n, k = p["m"], p["n"], p["k"]
+        if (m, n, k) in suite.ODD_GEMMS:
+            assert classes(p) == {suite.GEMM_ODD}, (m, n, k)
+        elif m <= 128:
+            assert classes(p) == {suite.GEMM_SKINNY}, (m, n, k)
+        elif m * n >= 2048**2:
+            assert classes(p) == {suite.GEMM_LARGE}, (m, n, k)
+        else:
+            assert classes(p) == set(), (m, n, k)  # 1024³: aligned, not large
+    assert any(classes(p) == {suite.GEMM_LARGE} for p in families()["gemm"].full)
+
+
+def test_every_target_names_a_family_group_and_ratio_the_suite_measures():
+    from tunekit.report import COPY_RATIO
+
+    baselines = {"torch", "torch.compile"}
+    for target in suite.TARGETS:
+        family = families()[target.family]
+        assert target.group == suite.ALL or target.group in dict(family.groups), target
+        names = baselines | {b.name for b in family.baselines}
+        assert target.ratio == COPY_RATIO or target.ratio.removeprefix("vs ") in names, target
+        assert target.ratio != COPY_RATIO or family.bound == "memory", target
+        assert any(dict(family.groups).get(target.group, lambda p: True)(p) for p in family.full), target

@@ -530,6 +530,10 @@ def bench(
     compile_timeout: Annotated[
         float, typer.Option(help="Seconds max-autotune may take per shape before its process is killed.")
     ] = 300.0,
+    summary: Annotated[
+        Path | None,
+        typer.Option("--summary", help="Print the summary (geomeans, targets) of a saved --json run; measure nothing."),
+    ] = None,
 ) -> None:
     """Tuned tunekit vs torch eager, torch.compile (and cuBLASLt for GEMM) vs the roofline measured in the same run.
 
@@ -539,9 +543,14 @@ def bench(
     wall-clock only.
     """
     from tunekit import backend
-    from tunekit.report import BenchOptions, BenchRun, print_report, run_bench
+    from tunekit.report import BenchOptions, BenchRun, print_report, print_saved_summary, read_run, run_bench
     from tunekit.suite import work_list
 
+    if summary is not None:
+        if kernel or suite or shape:
+            raise TunekitError("--summary reads a saved run: it takes no --kernel, --suite or --shape")
+        print_saved_summary(read_run(summary), console)
+        return
     if png is not None:
         from tunekit.plot import require_matplotlib
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from tunekit.search_spaces.layernorm import HOLDS_ROWS
 from tunekit.space import Config, Problem, SearchSpace
 
 Math = Literal["tensor", "tf32", "alu"]
@@ -249,8 +250,8 @@ def _norm_params(kernel: str, problem: Problem) -> int:
 
 
 def _x_passes(kernel: str, variant: str) -> int:
-    """Reads of x per row: single holds the row; looped norms read it twice; softmax looped three times."""
-    if variant == "single":
+    """Reads of x per row: single (and window) hold the row; looped norms read it twice; softmax looped three times."""
+    if variant in HOLDS_ROWS:
         return 1
     return 3 if (kernel, variant) == ("softmax", "looped") else 2
 
@@ -265,7 +266,7 @@ def _row_geometry(kernel: str) -> GeometryFn:
         block_n, stages = int(config["BLOCK_N"]), int(config["num_stages"])
         e = element_bytes(problem)
         threads = _threads(config, warp_size)
-        if variant == "single":
+        if variant in HOLDS_ROWS:
             rows_per_program, chunks = int(config["ROWS"]), 1
         else:
             rows_per_program, chunks = 1, cdiv(cols, block_n)
@@ -275,18 +276,18 @@ def _row_geometry(kernel: str) -> GeometryFn:
         passes = _x_passes(kernel, variant)
         params = _norm_params(kernel, problem)
         ops = NORM_OPS[kernel]
-        if variant == "single":
+        if variant in HOLDS_ROWS:
             held = rows_per_program * block_n
             inflight = avg_rows * cols * e  # a program issues all its loads before the first reduction
         else:
             held = block_n
             inflight = block_n * e * max(1, stages - 1)
         per_thread = held / threads
-        staged = (stages - 1) * block_n * e if variant != "single" else 0  # search_spaces/*: one chunk per stage
+        staged = (stages - 1) * block_n * e if variant not in HOLDS_ROWS else 0  # search_spaces/*: one chunk per stage
         scratch = rows_per_program * int(config["num_warps"]) * FP32_BYTES * 2  # cross-warp partial sums
         return Geometry(
             dims=(TileDim("rows", programs, rows_per_program), TileDim("cols", 1, row_extent)),
-            shape=f"{rows_per_program}x{block_n}" + (f"x{chunks}" if variant != "single" else ""),
+            shape=f"{rows_per_program}x{block_n}" + (f"x{chunks}" if variant not in HOLDS_ROWS else ""),
             useful_work=float(rows) * cols,
             padded_work=float(programs) * rows_per_program * row_extent,
             useful_flops=float(rows) * cols * ops,
@@ -304,7 +305,7 @@ def _row_geometry(kernel: str) -> GeometryFn:
 
 
 def _kind(variant: str) -> str:
-    return "single" if variant == "single" else "looped"
+    return "single" if variant in HOLDS_ROWS else "looped"
 
 
 def _row_size_classes(problem: Problem, space: SearchSpace) -> tuple[object, ...]:

@@ -1,5 +1,6 @@
-"""PNG of a benchmark run: achieved GB/s or TFLOP/s per shape against the roofline, launch-bound rows in µs
-against the launch floor, interpreter rows in wall-clock ms (labelled as such).
+"""PNG of a benchmark run: achieved GB/s or TFLOP/s per shape against the roofline (and, for memory-bound rows, a
+copy of the same bytes), launch-bound rows in µs against the launch floor, interpreter rows in wall-clock ms
+(labelled as such).
 
 It reads only the JSON of `tunekit bench --json`, so the PNG can be drawn on any machine with matplotlib (an
 optional dependency: `pip install 'tunekit[plot]'`), not only on the GPU box.
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import TunekitError
-from tunekit.report import EVENTS, GRAPH, WALL, BenchRun, Row
+from tunekit.report import COPY, EVENTS, GRAPH, WALL, BenchRun, Row, read_run
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -34,11 +35,7 @@ def require_matplotlib() -> None:
 
 
 def plot_file(results: Path, out: Path) -> None:
-    try:
-        run = BenchRun.load(results)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise TunekitError(f"cannot read {results} as a `tunekit bench --json` file: {exc}") from None
-    plot_run(run, out)
+    plot_run(read_run(results), out)
 
 
 def _panels(run: BenchRun) -> list[tuple[str, str, list[Row]]]:
@@ -50,8 +47,10 @@ def _panels(run: BenchRun) -> list[tuple[str, str, list[Row]]]:
 
 
 def _value(row: Row, impl: str) -> float | None:
-    ms = row.ms(impl)
-    if ms is None:
+    """The bar of `impl` on this row's axis; None when not timed, or not timed the row's way (an autograd baseline
+    timed with events in a launch-bound row is not a graph replay's µs)."""
+    m, ms = row.get(impl), row.ms(impl)
+    if m is None or ms is None or m.timing != row.timing:
         return None
     if row.timing == EVENTS:
         return row.throughput_at(ms)
@@ -59,7 +58,7 @@ def _value(row: Row, impl: str) -> float | None:
 
 
 def _draw_panel(ax: Axes, run: BenchRun, family: str, kind: str, rows: list[Row], colours: dict[str, str]) -> None:
-    impls = list(dict.fromkeys(m.impl for r in rows for m in r.measurements))
+    impls = list(dict.fromkeys(m.impl for r in rows for m in r.measurements if m.impl != COPY))  # COPY: a marker
     height = 0.8 / max(1, len(impls))
     for i, impl in enumerate(impls):
         ys, xs = [], []
@@ -77,6 +76,11 @@ def _draw_panel(ax: Axes, run: BenchRun, family: str, kind: str, rows: list[Row]
             ax.scatter(
                 [x for _, x in points], [y for y, _ in points], marker="|", s=400, color="black", label="roofline"
             )
+        copies = [(y, _value(row, COPY)) for y, row in enumerate(rows)]
+        shown = [(y, x) for y, x in copies if x is not None]
+        if shown:  # what a problem of this size can reach: the 1 GiB roofline is asymptotic
+            cx, cy = [x for _, x in shown], [y for y, _ in shown]
+            ax.scatter(cx, cy, marker="D", s=30, color="grey", label="copy of the same bytes", zorder=3)
         unit = "TFLOP/s" if rows[0].bound == "compute" else "GB/s"
         ax.set_xlabel(f"{unit} (higher is better; roofline measured in this run)")
     else:

@@ -2,9 +2,11 @@
 
 Method, for every row: one set of random inputs (the kernel's make_inputs, never zeros) shared by every
 implementation; each implementation's output checked against the kernel's reference before it is timed (a wrong
-one is never timed); CUDA-event medians after warm-up with L2 flushed (triton.testing.do_bench). Every ratio is
+one is never timed; tunekit's kernels at the kernel's tolerance, baselines at one scaled to the output, see
+check_baseline); CUDA-event medians after warm-up with L2 flushed (triton.testing.do_bench). Every ratio is
 against numbers measured in the same run: the copy bandwidth (1 GiB device-to-device, read + write), the bf16
-matmul rate (torch.matmul 8192³) and the launch floor.
+matmul rate (torch.matmul 8192³) and the launch floor. Memory-bound rows also time a copy of their own bytes
+("copy", timed like the row): the bandwidth a problem of that size can reach, where the 1 GiB rate is asymptotic.
 
 Problems under SMALL_PROBLEM_BYTES are launch-bound: they are timed as CUDA-graph replays of GRAPH_LAUNCHES calls
 (the graph replayed under do_bench, so L2 is flushed per replay, not per call) and reported in µs against the
@@ -28,13 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
     from rich.console import Console
     from rich.table import Table
 
     from tunekit.bench import Timer
     from tunekit.space import Problem
-    from tunekit.spec import KernelSpec, Outputs
-    from tunekit.suite import Family, Runner
+    from tunekit.spec import KernelSpec, Outputs, Tolerance
+    from tunekit.suite import Family, Runner, Target
 
 FORMAT = "tunekit-bench"
 SCHEMA = 1
@@ -49,6 +52,10 @@ HEURISTIC = "heuristic"
 EAGER = "torch"
 COMPILED = "torch.compile"
 MAX_AUTOTUNE = "max-autotune"
+COPY = "copy"  # a device-to-device copy of the row's bytes, timed like the row (memory-bound rows)
+# tunekit's ratios to the copy of the same bytes and to the roofline (the same names as tunekit.suite's targets).
+COPY_RATIO = "tunekit/copy"
+BOUND_RATIO = "tunekit/bound"
 
 # How a row was timed.
 EVENTS = "cuda-events"
@@ -57,6 +64,7 @@ WALL = "interpreter-wall-clock"
 
 _RESULT_PREFIX = "tunekit-bench-result: "
 _MAX_NOTE = 300
+AUTOGRAD_NOTE = "autograd backward: not captured in a CUDA graph, timed with events (launch overhead included)"
 
 
 # ---------------------------------------------------------------------------------------------- pure arithmetic
@@ -139,9 +147,13 @@ class Row:
         return self.bytes_moved / (ms * 1e-3) / 1e9
 
     def speedup(self, impl: str, over: str) -> float | None:
-        """How many times faster `impl` ran than `over` (both from this row, this run)."""
-        mine, theirs = self.ms(impl), self.ms(over)
-        return None if mine is None or theirs is None or mine <= 0 else theirs / mine
+        """How many times faster `impl` ran than `over` (both from this row, this run, timed the same way: a CUDA
+        graph replay and an events time of a launch-bound problem measure different things)."""
+        mine, theirs = self.get(impl), self.get(over)
+        if mine is None or theirs is None or mine.timing != theirs.timing:
+            return None
+        a, b = self.ms(impl), self.ms(over)
+        return None if a is None or b is None or a <= 0 else b / a
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Row:
@@ -166,7 +178,8 @@ class BenchRun:
     rows: list[Row] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "schema": SCHEMA, **asdict(self)}
+        """The run, and its summary for readers of the JSON (recomputed from the rows on load, never read back)."""
+        return {"format": FORMAT, "schema": SCHEMA, **asdict(self), "summary": summarize(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BenchRun:
@@ -174,7 +187,7 @@ class BenchRun:
             from tunekit.errors import TunekitError
 
             raise TunekitError(f"not a {FORMAT} schema {SCHEMA} file (format={data.get('format')!r})")
-        fields = {k: v for k, v in data.items() if k not in ("format", "schema")}
+        fields = {k: v for k, v in data.items() if k not in ("format", "schema", "summary")}
         fields["rows"] = [Row.from_json(r) for r in data["rows"]]
         return cls(**fields)
 
@@ -184,6 +197,16 @@ class BenchRun:
     @classmethod
     def load(cls, path: Path) -> BenchRun:
         return cls.from_json(json.loads(path.read_text()))
+
+
+def read_run(path: Path) -> BenchRun:
+    """BenchRun.load, any failure one TunekitError naming the file."""
+    from tunekit.errors import TunekitError
+
+    try:
+        return BenchRun.load(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TunekitError(f"cannot read {path} as a `tunekit bench --json` file: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -220,12 +243,28 @@ def time_graphed(timer: Timer, run: Runner, launches: int = GRAPH_LAUNCHES) -> f
     return timer(graph.replay, {}) / launches
 
 
+def _after_failed_capture() -> None:
+    """Raise what a failed capture left pending here, as the failing implementation's error, not at the next
+    implementation's first launch; a context left in error raises here too (and every later row then fails)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def _time(run: Runner, method: str, timer: Timer) -> tuple[float, str, str]:
     """(ms, how it was timed, note). A graph that cannot be captured falls back to events, and says so."""
+    from tunekit.suite import AutogradRunner
+
+    if method == GRAPH and isinstance(run, AutogradRunner):
+        # Not even tried: autograd's backward runs off the capture stream, and the capture that failed on the
+        # H200 could leave the context in error for everything measured after it.
+        return timer(run, {}), EVENTS, AUTOGRAD_NOTE
     if method == GRAPH:
         try:
             return time_graphed(timer, run), GRAPH, ""
         except RuntimeError as exc:
+            _after_failed_capture()
             return timer(run, {}), EVENTS, f"graph capture failed, timed with events: {_why(exc)}"
     return timer(run, {}), method, ""
 
@@ -240,15 +279,58 @@ def _as_outputs(result: object) -> Outputs:
     return tuple(result)
 
 
-def check_then_time(
-    impl: str, build: Callable[[], Runner], spec: KernelSpec, expected: Outputs, method: str, timer: Timer
-) -> Measurement:
-    """Build, run once and check against the reference; time only what is correct. Errors become the row's note."""
+def baseline_tolerance(tol: Tolerance, reference: torch.Tensor) -> Tolerance:
+    """The kernel's tolerance with atol widened to rtol * max|reference|: relative to the output's scale.
+
+    A baseline is user code in the input dtype: torch eager rounds every intermediate (a @ b, + bias, gelu,
+    + residual), so where the last ops cancel, one ulp of an intermediate of magnitude 4-8 (0.03 in bf16) is an
+    absolute error on a near-zero output. Errors on the output's scale (a missing bias, zeros) still fail.
+    """
+    from tunekit.spec import Tolerance
+
+    peak = float(reference.detach().abs().nan_to_num(0.0).max()) if reference.numel() else 0.0
+    return Tolerance(max(tol.atol, tol.rtol * peak), tol.rtol)
+
+
+def check_baseline(spec: KernelSpec, outputs: Outputs, expected: Outputs) -> str | None:
+    """check_outputs with each floating output's tolerance scaled to that output (baseline_tolerance)."""
+    from dataclasses import replace
+
+    from tunekit.spec import DTYPE_NAMES
     from tunekit.verify import check_outputs
 
+    if len(outputs) != len(expected):
+        return check_outputs(spec, outputs, expected)
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        dtype = DTYPE_NAMES.get(out.dtype, "float32")
+        scaled = baseline_tolerance(spec.tolerances[dtype], ref) if out.dtype.is_floating_point else None
+        one = replace(spec, tolerances={**spec.tolerances, dtype: scaled}) if scaled is not None else spec
+        wrong = check_outputs(one, (out,), (ref,))
+        if wrong is not None:
+            return f"output {i}{wrong.removeprefix('output 0')}"
+    return None
+
+
+def check_then_time(
+    impl: str,
+    build: Callable[[], Runner],
+    spec: KernelSpec,
+    expected: Outputs,
+    method: str,
+    timer: Timer,
+    *,
+    baseline: bool,
+) -> Measurement:
+    """Build, run once and check against the reference; time only what is correct. Errors become the row's note.
+
+    `baseline`: torch and cuBLASLt code, checked by check_baseline; tunekit's kernels keep the kernel's tolerance.
+    """
+    from tunekit.verify import check_outputs
+
+    check = check_baseline if baseline else check_outputs
     try:
         run = build()
-        wrong = check_outputs(spec, _as_outputs(run()), expected)
+        wrong = check(spec, _as_outputs(run()), expected)
     except Exception as exc:  # a baseline that cannot run (compile error, unsupported shape) is reported, not fatal
         return Measurement(impl, "failed", note=_why(exc))
     if wrong is not None:
@@ -260,17 +342,31 @@ def check_then_time(
     return Measurement(impl, "ok", ms=float(ms), timing=timing, note=note)
 
 
-def copy_bandwidth_gbps(timer: Timer, nbytes: int = COPY_BYTES) -> float:
-    """Device-to-device copy, counting bytes read plus bytes written (the practical memory roofline)."""
+def copy_runner(nbytes: int) -> Runner:
+    """One device-to-device copy of `nbytes` (read + write: 2 * nbytes moved)."""
     import torch
 
     from tunekit import backend
 
-    device = backend.torch_device()
-    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=backend.torch_device())
     dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src), {})
+    return lambda: dst.copy_(src)
+
+
+def copy_bandwidth_gbps(timer: Timer, nbytes: int = COPY_BYTES) -> float:
+    """Device-to-device copy, counting bytes read plus bytes written (the practical memory roofline)."""
+    ms = timer(copy_runner(nbytes), {})
     return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def copy_measurement(bytes_moved: int, method: str, timer: Timer) -> Measurement:
+    """A copy moving the row's bytes (half read, half written), timed like the row: what a problem of this size
+    can reach. 32-64 MiB do not reach the 1 GiB copy's rate (launch, ramp-up and tail), not even as a copy."""
+    try:
+        ms, timing, note = _time(copy_runner(max(bytes_moved // 2, 1)), method, timer)
+    except Exception as exc:  # e.g. out of memory: the row keeps its roofline ratio
+        return Measurement(COPY, "failed", note=_why(exc))
+    return Measurement(COPY, ms=float(ms), timing=timing, note=note)
 
 
 def matmul_tflops(timer: Timer, size: int = MATMUL_SIZE) -> float:
@@ -346,7 +442,7 @@ def _tunekit_measurements(
         configs.append((HEURISTIC, dict(spec.heuristic(problem, fingerprint()))))
     for impl, config in configs:
         build = functools.partial(_kernel_runner, spec, config, inputs)
-        m = check_then_time(impl, build, spec, expected, method, ctx.timer)
+        m = check_then_time(impl, build, spec, expected, method, ctx.timer, baseline=False)
         m.config = config
         m.served_by = d.served_by.get(key) if impl == TUNEKIT else None
         measurements.append(m)
@@ -371,13 +467,12 @@ def _torch_measurements(
     measurements = []
     program = family.torch_program
     if program is not None:
-        measurements.append(
-            check_then_time(EAGER, lambda: eager_runner(program(inputs)), spec, expected, method, ctx.timer)
-        )
+        eager = lambda: eager_runner(program(inputs))  # noqa: E731
+        measurements.append(check_then_time(EAGER, eager, spec, expected, method, ctx.timer, baseline=True))
         if ctx.compile_enabled:
             backend = ctx.options.compile_backend
             build = lambda: compiled_runner(program(inputs), None, backend)  # noqa: E731
-            measurements.append(check_then_time(COMPILED, build, spec, expected, method, ctx.timer))
+            measurements.append(check_then_time(COMPILED, build, spec, expected, method, ctx.timer, baseline=True))
         if ctx.options.max_autotune:
             measurements.append(_max_autotune(family, problem, method, ctx))
     for baseline in family.baselines:
@@ -385,7 +480,8 @@ def _torch_measurements(
         if isinstance(runner, str):
             measurements.append(Measurement(baseline.name, "skipped", note=runner))
             continue
-        measurements.append(check_then_time(baseline.name, _already(runner), spec, expected, method, ctx.timer))
+        built = _already(runner)
+        measurements.append(check_then_time(baseline.name, built, spec, expected, method, ctx.timer, baseline=True))
     return measurements
 
 
@@ -412,6 +508,8 @@ def measure_row(family: Family, problem: Problem, ctx: _Context) -> Row:
     )
     row.measurements += _tunekit_measurements(spec, row.problem, inputs, expected, method, ctx)
     row.measurements += _torch_measurements(family, spec, row.problem, inputs, expected, method, ctx)
+    if family.bound == "memory" and method != GRAPH:  # launch-bound rows are held to the launch floor instead
+        row.measurements.append(copy_measurement(bytes_moved, method, ctx.timer))
     return row
 
 
@@ -467,7 +565,8 @@ def max_autotune_child() -> None:
     program = family.torch_program
     assert program is not None
     build = lambda: compiled_runner(program(inputs), "max-autotune", request["backend"])  # noqa: E731
-    m = check_then_time(MAX_AUTOTUNE, build, spec, spec.reference(inputs), request["method"], default_timer())
+    expected = spec.reference(inputs)
+    m = check_then_time(MAX_AUTOTUNE, build, spec, expected, request["method"], default_timer(), baseline=True)
     print(_RESULT_PREFIX + json.dumps(asdict(m)), flush=True)
 
 
@@ -552,8 +651,14 @@ def run_bench(
 
 
 def _impls(rows: list[Row]) -> list[str]:
-    seen = dict.fromkeys(m.impl for r in rows for m in r.measurements)
-    return list(seen)
+    """Implementations in the order measured; the copy last, next to the roofline it stands beside."""
+    seen = list(dict.fromkeys(m.impl for r in rows for m in r.measurements))
+    return [i for i in seen if i != COPY] + [i for i in seen if i == COPY]
+
+
+def _baselines(impls: Iterable[str]) -> list[str]:
+    """The implementations tunekit is compared with (vs X): neither tunekit's own nor the copy."""
+    return [i for i in impls if i not in (TUNEKIT, HEURISTIC, COPY)]
 
 
 def _cell(row: Row, impl: str) -> str:
@@ -566,8 +671,14 @@ def _cell(row: Row, impl: str) -> str:
         return f"{m.ms:.2f} ms"
     if m.timing == GRAPH:
         return f"{m.ms * 1e3:.1f} µs"
+    if row.launch_bound:  # not captured in a launch-bound row: its µs include the launch overhead
+        return f"{m.ms * 1e3:.1f} µs (events)"
     value = row.throughput_at(m.ms)
     return "-" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.2f}"
+
+
+def _ratio_cell(value: float | None, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.2f}{suffix}"
 
 
 def _bound_cell(row: Row, run: BenchRun) -> tuple[str, str]:
@@ -581,7 +692,7 @@ def _bound_cell(row: Row, run: BenchRun) -> tuple[str, str]:
     if row.roofline_ms is None:
         return "-", "-"
     best = row.throughput_at(row.roofline_ms)
-    return (f"{best:.0f}" if best is not None else "-"), (f"{row.roofline_ms / ms:.2f}" if ms else "-")
+    return (f"{best:.0f}" if best is not None else "-"), _ratio_cell(row_ratio(row, BOUND_RATIO))
 
 
 def _check_cell(row: Row) -> str:
@@ -589,16 +700,21 @@ def _check_cell(row: Row) -> str:
     return "ok" if not bad else ", ".join(bad)
 
 
+def _by_family(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    grouped: dict[str, list[Row]] = {}
+    for row in rows:
+        grouped.setdefault(row.family, []).append(row)
+    return grouped
+
+
 def tables(run: BenchRun) -> list[Table]:
     from rich.table import Table
 
     result = []
-    by_family: dict[str, list[Row]] = {}
-    for row in run.rows:
-        by_family.setdefault(row.family, []).append(row)
-    for family, rows in by_family.items():
+    for family, rows in _by_family(run.rows).items():
         impls = _impls(rows)
-        baselines = [i for i in impls if i not in (TUNEKIT, HEURISTIC)]
+        baselines = _baselines(impls)
+        with_copy = COPY in impls
         if run.interpreted:
             unit = "interpreter wall-clock, not GPU performance"
         else:
@@ -611,7 +727,9 @@ def tables(run: BenchRun) -> list[Table]:
             table.add_column(impl, justify="right")
         if not run.interpreted:
             table.add_column("roofline", justify="right")
-            table.add_column("tunekit/bound", justify="right")
+            if with_copy:
+                table.add_column(COPY_RATIO, justify="right")
+            table.add_column(BOUND_RATIO, justify="right")
             for impl in baselines:
                 table.add_column(f"vs {impl}", justify="right")
         table.add_column("check")
@@ -620,10 +738,9 @@ def tables(run: BenchRun) -> list[Table]:
             cells = [row.label, (tunekit.served_by or "-") if tunekit else "-"]
             cells += [_cell(row, impl) for impl in impls]
             if not run.interpreted:
-                cells += list(_bound_cell(row, run))
-                for impl in baselines:
-                    ratio = row.speedup(TUNEKIT, impl)
-                    cells.append("-" if ratio is None else f"{ratio:.2f}x")
+                roof, bound = _bound_cell(row, run)
+                cells += [roof, _ratio_cell(row_ratio(row, COPY_RATIO)), bound] if with_copy else [roof, bound]
+                cells += [_ratio_cell(row.speedup(TUNEKIT, impl), "x") for impl in baselines]
             cells.append(_check_cell(row))
             table.add_row(*cells)
         result.append(table)
@@ -646,6 +763,11 @@ def header(run: BenchRun) -> str:
             "vs X: X's time / tunekit's (above 1: tunekit faster); tunekit/bound: the roofline's time (launch-bound "
             "rows: the launch floor's) / tunekit's"
         )
+    if not run.interpreted and any(r.get(COPY) is not None for r in run.rows):
+        lines.append(
+            "copy: one device-to-device copy of the row's bytes, timed like the row (what a problem of this size "
+            "can reach); tunekit/copy: its time / tunekit's"
+        )
     return "\n".join(lines)
 
 
@@ -660,18 +782,197 @@ def notes(run: BenchRun) -> list[str]:
     return run.notes + [f"{k} ({n} rows)" if n > 1 else k for k, n in counted.items()]
 
 
+# ---------------------------------------------------------------------------------------------- summary
+
+SUMMARY_OVER = "rows timed with CUDA events (launch-bound rows left out)"
+
+
+def row_ratio(row: Row, ratio: str) -> float | None:
+    """tunekit's ratio on one row: to the copy of its bytes, to the roofline, or over a baseline ("vs X")."""
+    if ratio == COPY_RATIO:
+        return row.speedup(TUNEKIT, COPY)
+    if ratio == BOUND_RATIO:
+        ms = row.ms(TUNEKIT)
+        return None if ms is None or ms <= 0 or row.roofline_ms is None else row.roofline_ms / ms
+    return row.speedup(TUNEKIT, ratio.removeprefix("vs "))
+
+
+def geomean(values: list[float]) -> float | None:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _why_missing(row: Row, ratio: str) -> str:
+    """Why a row has no value for `ratio`: the first of tunekit and the other side that was not measured."""
+    other = {COPY_RATIO: COPY, BOUND_RATIO: None}.get(ratio, ratio.removeprefix("vs "))
+    for impl in (TUNEKIT, other):
+        if impl is None:
+            return "no roofline"
+        m = row.get(impl)
+        if m is None:
+            return f"{impl} not measured"
+        if m.status != "ok":
+            status = "n/a" if m.status == "skipped" else m.status
+            return f"{impl} {status}: {m.note}" if m.note else f"{impl} {status}"
+    return "timed differently"
+
+
+def ratio_stats(rows: list[Row], ratio: str) -> dict[str, Any]:
+    """The geomean of `ratio` over the rows that have it, how many those are, and why the others do not."""
+    values: list[float] = []
+    left_out: dict[str, int] = {}
+    for row in rows:
+        value = row_ratio(row, ratio)
+        if value is not None and value > 0:
+            values.append(value)
+        else:
+            why = _why_missing(row, ratio)
+            left_out[why] = left_out.get(why, 0) + 1
+    return {"geomean": geomean(values), "rows": len(values), "of": len(rows), "left_out": left_out}
+
+
+def _groups(family: str, rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    """(ALL, rows), then each of the family's groups (widths 2^k±1, GEMM size classes) with its rows."""
+    from tunekit.suite import ALL, families
+
+    known = families().get(family)
+    groups = [(ALL, rows)]
+    for name, member in known.groups if known is not None else ():
+        try:
+            chosen = [r for r in rows if member(r.problem)]
+        except (KeyError, TypeError, ValueError):  # a problem without the fields (a kernel outside the suite)
+            chosen = []
+        groups.append((name, chosen))
+    return groups
+
+
+def _summary_ratios(rows: list[Row]) -> list[str]:
+    memory = [COPY_RATIO] if any(r.bound == "memory" for r in rows) else []
+    return memory + [BOUND_RATIO] + [f"vs {impl}" for impl in _baselines(_impls(rows))]
+
+
+def _judge(target: Target, stats: dict[str, Any], bound: dict[str, Any] | None) -> dict[str, Any]:
+    value = stats["geomean"]
+    judged: dict[str, Any] = {**asdict(target), "value": value, **{k: stats[k] for k in ("rows", "of", "left_out")}}
+    judged["holds"] = value is not None and value >= target.minimum
+    if bound is not None:  # "of copy bandwidth": the copy of the same bytes first, the 1 GiB roofline beside it
+        judged[BOUND_RATIO] = bound["geomean"]
+    return judged
+
+
+def summarize(run: BenchRun) -> dict[str, Any] | None:
+    """Per family and group, the geomean of every ratio over rows timed with CUDA events, and the issue's targets
+    judged on them. None for an interpreter run (wall-clock claims no ratio)."""
+    from tunekit.suite import TARGETS
+
+    if run.interpreted:
+        return None
+    measured = _by_family(r for r in run.rows if r.timing == EVENTS)
+    present = {r.family for r in run.rows}
+    geomeans, members = [], {}
+    for family, rows in measured.items():
+        for group, chosen in _groups(family, rows):
+            members[family, group] = chosen
+            ratios = {ratio: ratio_stats(chosen, ratio) for ratio in _summary_ratios(rows)}
+            geomeans.append({"family": family, "group": group, "rows": len(chosen), "ratios": ratios})
+    targets = []
+    for target in TARGETS:
+        if target.family in present:  # a family measured only launch-bound says so: "not measured"
+            chosen = members.get((target.family, target.group), [])
+            bound = ratio_stats(chosen, BOUND_RATIO) if target.ratio == COPY_RATIO else None
+            targets.append(_judge(target, ratio_stats(chosen, target.ratio), bound))
+    return {"over": SUMMARY_OVER, "geomeans": geomeans, "targets": targets}
+
+
+def _format_ratio(ratio: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if ratio.startswith("vs ") else f"{value:.2f}"
+
+
+def _left_out_text(left_out: dict[str, int]) -> str:
+    return "; ".join(f"{n} {why}" for why, n in left_out.items())
+
+
+def _rows_text(judged: dict[str, Any]) -> str:
+    n, of = judged["rows"], judged["of"]
+    text = f"{n} row{'s' if n != 1 else ''}" if n == of else f"{n} of {of} rows"
+    return text + (f"; left out: {_left_out_text(judged['left_out'])}" if judged["left_out"] else "")
+
+
+def target_line(judged: dict[str, Any]) -> str:
+    """One target: what, the measured geomean, holds or missed by how much, and over which rows."""
+    ratio, minimum, value = judged["ratio"], judged["minimum"], judged["value"]
+    what = f"{judged['family']} [{judged['group']}] {ratio} >= {_format_ratio(ratio, minimum)}"
+    if not judged["of"]:
+        return f"{what}: not measured (no such rows timed with CUDA events in this run)"
+    extra = [_rows_text(judged)]
+    if judged.get(BOUND_RATIO) is not None:
+        extra.insert(0, f"1 GiB roofline: {_format_ratio(BOUND_RATIO, judged[BOUND_RATIO])}")
+    if value is None:
+        return f"{what}: not measured ({'; '.join(extra)})"
+    verdict = "holds" if judged["holds"] else f"missed by {_format_ratio(ratio, minimum - value)}"
+    return f"{what}: {_format_ratio(ratio, value)} {verdict} ({'; '.join(extra)})"
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    ratios = list(dict.fromkeys(r for g in summary["geomeans"] for r in g["ratios"]))
+    table = Table(title=f"summary: geomeans over {summary['over']}", title_justify="left")
+    for name in ("family", "rows", "n"):
+        table.add_column(name)
+    for ratio in ratios:
+        table.add_column(ratio, justify="right")
+    for g in summary["geomeans"]:
+        cells = [g["family"], g["group"], str(g["rows"])]
+        for ratio in ratios:
+            s = g["ratios"].get(ratio)
+            cell = "" if s is None else _format_ratio(ratio, s["geomean"])
+            if s is not None and s["rows"] != s["of"]:
+                cell += f" ({s['rows']}/{s['of']})"  # the others: n/a or not timed, said in the targets and notes
+            cells.append(cell)
+        table.add_row(*cells)
+    return table
+
+
+def print_summary(run: BenchRun, console: Console) -> None:
+    summary = summarize(run)
+    if summary is None:
+        console.print("summary: none in the interpreter (wall-clock claims no ratio)", markup=False, highlight=False)
+        return
+    console.print(summary_table(summary))
+    console.print(
+        "targets (H200, fp16 and bf16; geomeans as above; 'of copy bandwidth' is tunekit/copy, the copy of the "
+        "same bytes, with the 1 GiB roofline's tunekit/bound beside it):",
+        markup=False,
+        highlight=False,
+    )
+    for judged in summary["targets"]:
+        console.print(f"  {target_line(judged)}", markup=False, highlight=False)
+
+
 def print_report(run: BenchRun, console: Console) -> None:
     console.print(header(run), markup=False, highlight=False)
     for table in tables(run):
         console.print(table)
     for note in notes(run):
         console.print(f"note: {note}", markup=False, highlight=False)
+    print_summary(run, console)
 
 
-def render(run: BenchRun, width: int = 200) -> str:
-    """The whole report as plain text (what `tunekit bench` prints)."""
+def print_saved_summary(run: BenchRun, console: Console) -> None:
+    """`tunekit bench --summary F.json`: where the run was measured, then its summary, recomputed from the rows."""
+    console.print(header(run), markup=False, highlight=False)
+    print_summary(run, console)
+
+
+def render(run: BenchRun, width: int = 200, summary_only: bool = False) -> str:
+    """The whole report as plain text (what `tunekit bench` prints); `summary_only`: what `--summary` prints."""
     from rich.console import Console
 
     buffer = StringIO()
-    print_report(run, Console(file=buffer, width=width, no_color=True, highlight=False))
+    console = Console(file=buffer, width=width, no_color=True, highlight=False)
+    (print_saved_summary if summary_only else print_report)(run, console)
     return buffer.getvalue()

@@ -24,12 +24,15 @@ import torch.nn.functional as F
 import triton
 
 from tunekit.errors import TunekitError
+from tunekit.report import COPY_RATIO
 from tunekit.space import Problem
 from tunekit.spec import DTYPES, Inputs
 
 Scope = Literal["full", "quick", "tiny"]
 Bound = Literal["memory", "compute"]
 Runner = Callable[[], Any]
+# A named subset of a family's problems that the summary reports a geomean over (e.g. widths 2^k±1).
+Group = tuple[str, Callable[[Problem], bool]]
 
 # Seed of every input the suite builds (the max-autotune child process rebuilds the same data from it).
 SEED = 1234
@@ -81,6 +84,8 @@ class Family:
     # Problems of one user-given shape (GEMM: one per epilogue); None: the kernel's problem_from_shape.
     from_shape: Callable[[tuple[int, ...], str], list[Problem]] | None = None
     note: str = ""
+    # Subsets the summary also reports (every family also gets ALL, its whole set of rows).
+    groups: tuple[Group, ...] = ()
 
     def problems(self, scope: Scope) -> list[Problem]:
         return list({"full": self.full, "quick": self.quick, "tiny": self.tiny}[scope])
@@ -101,12 +106,29 @@ def compiled_runner(program: TorchProgram, mode: str | None, backend: str = "ind
     return _runner(compiled, program)
 
 
+@dataclass(frozen=True)
+class AutogradRunner:
+    """The backward of a forward run once (`y`): torch.autograd.grad, the part a backward benchmark times.
+
+    tunekit.report never captures one in a CUDA graph: autograd runs the backward ops from its device thread on the
+    stream the forward ran on (here, before and outside the capture), which a capture only records by joining that
+    stream. On the H200 the same program's capture failed for fp16 ("operation failed due to a previous error
+    during capture") and went through for bf16; it is timed with CUDA events instead.
+    """
+
+    y: Any
+    leaves: tuple[torch.Tensor, ...]
+    dy: torch.Tensor
+
+    def __call__(self) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(self.y, self.leaves, self.dy, retain_graph=True)
+
+
 def _runner(fn: Callable[..., Any], program: TorchProgram) -> Runner:
     if program.grad is None:
         return lambda: fn(*program.args)
     dy, leaves = program.grad
-    y = fn(*program.args)
-    return lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True)
+    return AutogradRunner(fn(*program.args), leaves, dy)
 
 
 # ---------------------------------------------------------------------------------------------- shapes
@@ -404,6 +426,102 @@ GEMM_FULL_SHAPES = (
 )
 
 
+# ---------------------------------------------------------------------------------------------- summary groups
+
+ALL = "all"
+WIDTH_8 = "width multiple of 8"
+WIDTH_ODD = "width 2^k±1"
+GELU_HEADLINE = "128Mi fp32"
+LONG_ROWS = "rows >= 1024"
+GEMM_LARGE = "large aligned (M·N >= 2048², K >= 1024)"
+GEMM_ODD = "odd sizes"
+GEMM_SKINNY = "skinny M (1-128)"
+GEMM_TILE = 128  # "aligned": every dimension a whole number of the usual tiles (the suite's odd sizes are not)
+
+
+def is_pow2_plus_minus_1(n: int) -> bool:
+    """2^k ± 1 (the suite's ODD_SIZES): odd, with a power of two next to it."""
+    return n > 1 and n % 2 == 1 and ((n - 1) & (n - 2) == 0 or (n + 1) & n == 0)
+
+
+def _width_8(problem: Problem) -> bool:
+    return int(problem["cols"]) % 8 == 0
+
+
+def _width_odd(problem: Problem) -> bool:
+    return is_pow2_plus_minus_1(int(problem["cols"]))
+
+
+def _gelu_headline(problem: Problem) -> bool:
+    return int(problem["numel"]) == GELU_FULL[0][0] and problem["dtype"] == GELU_FULL[0][1]
+
+
+def _long_rows(problem: Problem) -> bool:
+    return int(problem["rows"]) >= MIN_LARGE_ROWS
+
+
+def _gemm_skinny(problem: Problem) -> bool:
+    return int(problem["m"]) <= 128
+
+
+def _gemm_aligned(problem: Problem) -> bool:
+    return all(int(problem[d]) % GEMM_TILE == 0 for d in ("m", "n", "k"))
+
+
+def _gemm_large(problem: Problem) -> bool:
+    m, n, k = int(problem["m"]), int(problem["n"]), int(problem["k"])
+    return not _gemm_skinny(problem) and _gemm_aligned(problem) and m * n >= 2048**2 and k >= 1024
+
+
+def _gemm_odd(problem: Problem) -> bool:
+    return not _gemm_skinny(problem) and not _gemm_aligned(problem)
+
+
+NORM_GROUPS: tuple[Group, ...] = ((WIDTH_8, _width_8), (WIDTH_ODD, _width_odd))
+GEMM_GROUPS: tuple[Group, ...] = ((GEMM_LARGE, _gemm_large), (GEMM_ODD, _gemm_odd), (GEMM_SKINNY, _gemm_skinny))
+
+
+def vs(impl: str) -> str:
+    """The name of tunekit's speedup over `impl` (tunekit.report computes every ratio per row)."""
+    return f"vs {impl}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target of the issue (H200, fp16 and bf16): the geomean of `ratio` over a family's `group` >= minimum."""
+
+    family: str
+    group: str
+    ratio: str
+    minimum: float
+
+
+def _norm_forward_targets(family: str) -> tuple[Target, ...]:
+    return (
+        Target(family, WIDTH_8, COPY_RATIO, 0.90),
+        Target(family, WIDTH_ODD, COPY_RATIO, 0.80),
+        Target(family, ALL, vs("torch"), 2.0),
+        Target(family, ALL, vs("torch.compile"), 1.3),
+    )
+
+
+TARGETS: tuple[Target, ...] = (
+    *_norm_forward_targets("layernorm"),
+    *_norm_forward_targets("rmsnorm"),
+    Target("layernorm_backward", ALL, COPY_RATIO, 0.65),
+    Target("layernorm_backward", ALL, vs("torch"), 1.5),
+    Target("gelu", GELU_HEADLINE, COPY_RATIO, 0.90),
+    Target("gelu", GELU_HEADLINE, vs("torch"), 8.0),
+    Target("softmax", LONG_ROWS, COPY_RATIO, 0.85),
+    Target("softmax", LONG_ROWS, vs("torch"), 1.5),
+    Target("reduction", LONG_ROWS, COPY_RATIO, 0.85),
+    Target("gemm", GEMM_LARGE, vs("cuBLASLt"), 1.0),
+    Target("gemm", GEMM_ODD, vs("cuBLASLt"), 0.9),
+    Target("gemm", GEMM_SKINNY, vs("cuBLASLt"), 0.9),
+    Target("gemm", ALL, vs("torch"), 1.15),
+)
+
+
 # ---------------------------------------------------------------------------------------------- the families
 
 
@@ -419,6 +537,7 @@ def _norm_family(kernel: str, full: Any, program: Any, note: str = "") -> Family
         torch_program=program,
         label=_rows_label,
         note=note,
+        groups=NORM_GROUPS,
     )
 
 
@@ -445,6 +564,7 @@ def _build_families() -> dict[str, Family]:
             baselines=(Baseline("torch F.gelu", _torch_fused_gelu),),
             adapt_inputs=_unit_scale,
             note="tanh-GELU: tunekit's one pass vs the nine-op eager chain (and torch's own fused F.gelu)",
+            groups=((GELU_HEADLINE, _gelu_headline),),
         ),
         "softmax": Family(
             "softmax",
@@ -455,6 +575,7 @@ def _build_families() -> dict[str, Family]:
             tiny=_softmax_problems(HALF_DTYPES, [(16, 256), (4, 1000)]),
             torch_program=softmax_program,
             label=_rows_label,
+            groups=((LONG_ROWS, _long_rows),),
         ),
         "reduction": Family(
             "reduction",
@@ -467,6 +588,7 @@ def _build_families() -> dict[str, Family]:
             tiny=_reduction_problems([("sum", "float16"), ("max", "bfloat16")], [(16, 256)]),
             torch_program=reduction_program,
             label=_reduction_label,
+            groups=((LONG_ROWS, _long_rows),),
         ),
         "gemm": Family(
             "gemm",
@@ -480,6 +602,7 @@ def _build_families() -> dict[str, Family]:
             baselines=(Baseline("cuBLASLt", cublaslt_runner),),
             adapt_inputs=_unit_alpha_beta,
             from_shape=_gemm_from_shape,
+            groups=GEMM_GROUPS,
         ),
     }
 

@@ -99,12 +99,14 @@ def _gemm_2d(
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    aligned = is_aligned16(m, n, k, a_layout) and tensors_aligned16(a, b, out, bias, residual)
+    dtype = dtype_name(a, "a")
+    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
+    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
     key = (
         m,
         n,
         k,
-        dtype_name(a, "a"),
+        dtype,
         a_layout,
         b_layout,
         activation,

@@ -1,0 +1,41 @@
+"""Write the benchmark suite's problems (tunekit/suite.py, full scope) as plan files for `tunekit tune --plan`.
+
+Four files in DIR, in the order they are worth tuning when time is short: memory_large (bandwidth-bound rows),
+gemm_main (no epilogue, bias+GELU), gemm_rest (bias+ReLU, bias+GELU+residual), memory_small (launch-bound rows,
+where a config changes little). Usage: python tests/gpu/suite_plan.py DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tunekit.registry import get_spec
+from tunekit.report import SMALL_PROBLEM_BYTES
+from tunekit.suite import SUITES, families
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    groups: dict[str, list[dict]] = {"memory_large": [], "gemm_main": [], "gemm_rest": [], "memory_small": []}
+    for name in SUITES["all"]:
+        family = families()[name]
+        spec = get_spec(family.kernel)
+        for problem in family.problems("full"):
+            item = {"kernel": family.kernel, "problem": problem}
+            if family.bound == "compute":
+                gelu = "gelu" in str(problem["activation"]) and not problem["has_residual"]
+                main_epilogue = problem["activation"] == "none" or gelu
+                groups["gemm_main" if main_epilogue else "gemm_rest"].append(item)
+            elif spec.bytes_moved(problem) < SMALL_PROBLEM_BYTES:
+                groups["memory_small"].append(item)
+            else:
+                groups["memory_large"].append(item)
+    for group, items in groups.items():
+        (out / f"{group}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+        print(f"{group}: {len(items)} problems")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
