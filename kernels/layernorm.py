@@ -26,7 +26,7 @@ import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import row_window as row_window_module
-from tunekit.kernels.row_window import row_window, shifted, window_edges, window_fits
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.search_spaces import layernorm as layernorm_space
 from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces.layernorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
@@ -155,12 +155,11 @@ def _layernorm_fwd_looped(
 def _layernorm_fwd_window(
     X,  # [M, N] input, unit stride along N, 16-byte aligned
     Y,  # [M, N] output, same strides as X, 16-byte aligned
-    WS,  # [VEC, BLOCK_N] weight copies, copy s shifted by s lanes (read only when HAS_WEIGHT)
-    BS,  # [VEC, BLOCK_N] bias copies, likewise (read only when HAS_BIAS)
+    W,  # [N] weight (read only when HAS_WEIGHT)
+    B,  # [N] bias (read only when HAS_BIAS)
     M,
     N,
     stride,
-    total,  # elements from X to the end of its last row
     eps,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -168,27 +167,18 @@ def _layernorm_fwd_window(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    base, lead, lanes, valid, chunk_in, full, row_ok = row_window(M, N, stride, total, VEC, BLOCK_N, ROWS)
-    x = tl.load(X + base + lanes, mask=chunk_in, other=0.0).to(tl.float32)
-    edge, edge_store, edge_unloaded = window_edges(base, lead, N, total, row_ok, VEC)
-    xe = tl.load(X + base + edge, mask=edge_store, other=0.0).to(tl.float32)
-    mean = (tl.sum(tl.where(valid, x, 0.0), axis=1) + tl.sum(tl.where(edge_unloaded, xe, 0.0), axis=1)) / N
-    xc = tl.where(valid, x - mean[:, None], 0.0)
-    xec = xe - mean[:, None]
-    unloaded_c = tl.where(edge_unloaded, xec, 0.0)
-    var = (tl.sum(xc * xc, axis=1) + tl.sum(unloaded_c * unloaded_c, axis=1)) / N
-    rstd = tl.rsqrt(var + eps)[:, None]
-    y = xc * rstd
-    ye = xec * rstd
-    shift = lead * BLOCK_N  # this row's copy of the parameters: the same lanes as its values
+    offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = row_window_load(X, offs, in_row, chunk_in, last)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(in_row, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / N
+    y = xc * tl.rsqrt(var + eps)[:, None]
+    # The row's columns sit at a different lane in each row: weight and bias are gathered (L1 hits after the first row).
     if HAS_WEIGHT:
-        y = y * tl.load(WS + shift + lanes).to(tl.float32)
-        ye = ye * tl.load(WS + shift + edge, mask=edge_store, other=0.0).to(tl.float32)
+        y = y * tl.load(W + col, mask=in_row, other=0.0).to(tl.float32)
     if HAS_BIAS:
-        y = y + tl.load(BS + shift + lanes).to(tl.float32)
-        ye = ye + tl.load(BS + shift + edge, mask=edge_store, other=0.0).to(tl.float32)
-    tl.store(Y + base + lanes, y.to(Y.dtype.element_ty), mask=full)
-    tl.store(Y + base + edge, ye.to(Y.dtype.element_ty), mask=edge_store)
+        y = y + tl.load(B + col, mask=in_row, other=0.0).to(tl.float32)
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
 
 
 def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
@@ -214,11 +204,8 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     if config["variant"] == "window" and window_fits(x, y):
         vec = vector_elements(DTYPE_NAMES[x.dtype])
         del common["DIV"]
-        ws = w if weight is None else shifted(weight, vec, block_n)
-        bs = b if bias is None else shifted(bias, vec, block_n)
-        total = (m - 1) * x.stride(0) + n
         grid = (triton.cdiv(m, rows),)
-        _layernorm_fwd_window[grid](x, y, ws, bs, m, n, x.stride(0), total, float(eps), VEC=vec, ROWS=rows, **common)
+        _layernorm_fwd_window[grid](x, y, w, b, m, n, x.stride(0), float(eps), VEC=vec, ROWS=rows, **common)
     elif config["variant"] in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
         if config["variant"] == "window":
             common["BLOCK_N"] = single_block_n(n)

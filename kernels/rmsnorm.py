@@ -25,7 +25,7 @@ import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import row_window as row_window_module
-from tunekit.kernels.row_window import row_window, shifted, window_edges, window_fits
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.search_spaces import layernorm as layernorm_space
 from tunekit.search_spaces import rmsnorm as rmsnorm_space
 from tunekit.search_spaces import row_window as row_window_space
@@ -116,31 +116,22 @@ def _rmsnorm_fwd_looped(
 def _rmsnorm_fwd_window(
     X,  # [M, N] input, unit stride along N, 16-byte aligned
     Y,  # [M, N] output, same strides as X, 16-byte aligned
-    WS,  # [VEC, BLOCK_N] weight copies, copy s shifted by s lanes (read only when HAS_WEIGHT)
+    W,  # [N] weight (read only when HAS_WEIGHT)
     M,
     N,
     stride,
-    total,  # elements from X to the end of its last row
     eps,
     HAS_WEIGHT: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    base, lead, lanes, valid, chunk_in, full, row_ok = row_window(M, N, stride, total, VEC, BLOCK_N, ROWS)
-    x = tl.where(valid, tl.load(X + base + lanes, mask=chunk_in, other=0.0).to(tl.float32), 0.0)
-    edge, edge_store, edge_unloaded = window_edges(base, lead, N, total, row_ok, VEC)
-    xe = tl.load(X + base + edge, mask=edge_store, other=0.0).to(tl.float32)
-    unloaded = tl.where(edge_unloaded, xe, 0.0)
-    rstd = tl.rsqrt((tl.sum(x * x, axis=1) + tl.sum(unloaded * unloaded, axis=1)) / N + eps)[:, None]
-    y = x * rstd
-    ye = xe * rstd
-    if HAS_WEIGHT:  # this row's copy of the weights: the same lanes as its values
-        shift = lead * BLOCK_N
-        y = y * tl.load(WS + shift + lanes).to(tl.float32)
-        ye = ye * tl.load(WS + shift + edge, mask=edge_store, other=0.0).to(tl.float32)
-    tl.store(Y + base + lanes, y.to(Y.dtype.element_ty), mask=full)
-    tl.store(Y + base + edge, ye.to(Y.dtype.element_ty), mask=edge_store)
+    offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = row_window_load(X, offs, in_row, chunk_in, last)
+    y = x * tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
+    if HAS_WEIGHT:  # gathered: the row's columns sit at a different lane in each row
+        y = y * tl.load(W + col, mask=in_row, other=0.0).to(tl.float32)
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
 
 
 def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
@@ -163,10 +154,8 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     if config["variant"] == "window" and window_fits(x, y):
         del common["DIV"]
         vec = vector_elements(DTYPE_NAMES[x.dtype])
-        ws = w if weight is None else shifted(weight, vec, int(config["BLOCK_N"]))
-        total = (m - 1) * x.stride(0) + n
         _rmsnorm_fwd_window[(triton.cdiv(m, rows),)](
-            x, y, ws, m, n, x.stride(0), total, float(eps), VEC=vec, ROWS=rows, **common
+            x, y, w, m, n, x.stride(0), float(eps), VEC=vec, ROWS=rows, **common
         )
     elif config["variant"] in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
         if config["variant"] == "window":

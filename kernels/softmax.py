@@ -26,7 +26,7 @@ import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import row_window as row_window_module
-from tunekit.kernels.row_window import row_window, window_edges, window_fits
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces import softmax as softmax_space
 from tunekit.search_spaces.row_window import vector_elements
@@ -70,30 +70,18 @@ def _softmax_window(
     M,
     N,
     stride,
-    total,  # elements from X to the end of its last row
     LOG: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    base, lead, lanes, valid, chunk_in, full, row_ok = row_window(M, N, stride, total, VEC, BLOCK_N, ROWS)
-    x = tl.where(valid, tl.load(X + base + lanes, mask=chunk_in, other=0.0).to(tl.float32), float("-inf"))
-    edge, edge_store, edge_unloaded = window_edges(base, lead, N, total, row_ok, VEC)
-    xe = tl.load(X + base + edge, mask=edge_store, other=0.0).to(tl.float32)
-    row_max = tl.maximum(tl.max(x, axis=1), tl.max(tl.where(edge_unloaded, xe, float("-inf")), axis=1))[:, None]
-    z = x - row_max
-    ze = xe - row_max
+    offs, _, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
+    x = tl.where(in_row, row_window_load(X, offs, in_row, chunk_in, last), float("-inf"))
+    z = x - tl.max(x, axis=1)[:, None]
     e = tl.exp2(z * 1.4426950408889634)
-    ee = tl.exp2(ze * 1.4426950408889634)
-    sum_exp = (tl.sum(e, axis=1) + tl.sum(tl.where(edge_unloaded, ee, 0.0), axis=1))[:, None]
-    if LOG:
-        y = z - tl.log(sum_exp)
-        ye = ze - tl.log(sum_exp)
-    else:
-        y = e * (1.0 / sum_exp)
-        ye = ee * (1.0 / sum_exp)
-    tl.store(Y + base + lanes, y.to(Y.dtype.element_ty), mask=full)
-    tl.store(Y + base + edge, ye.to(Y.dtype.element_ty), mask=edge_store)
+    total = tl.sum(e, axis=1)
+    y = z - tl.log(total)[:, None] if LOG else e * (1.0 / total)[:, None]
+    store_row_window(Y, offs, y.to(Y.dtype.element_ty), in_row, chunk_full)
 
 
 @triton.jit
@@ -187,9 +175,8 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     variant = config["variant"]
     if variant == "window" and window_fits(x, y):
         rows, vec = int(config["ROWS"]), vector_elements(DTYPE_NAMES[x.dtype])
-        total = (m - 1) * x.stride(0) + n
         _softmax_window[(triton.cdiv(m, rows),)](
-            x, y, m, n, x.stride(0), total, LOG=bool(log), VEC=vec, BLOCK_N=block_n, ROWS=rows, **options
+            x, y, m, n, x.stride(0), LOG=bool(log), VEC=vec, BLOCK_N=block_n, ROWS=rows, **options
         )
     elif variant in ("single", "window"):  # window on tensors it cannot take: the same rows, plain loads
         rows = int(config["ROWS"])
