@@ -14,25 +14,15 @@ import statistics
 import optuna
 
 from tunekit import model
-from tunekit.entry import TrialRecord
-from tunekit.simulate import simulate_tune
+from tunekit.efficiency import describe_table, run_once
 from tunekit.timing_table import load_all
 
 VALUES = (0, 100, 200, 300, 400, 600, 800)
 
 
 def trials_to_near_best(table) -> int:  # type: ignore[no-untyped-def]
-    best = table.best().time_ms
-    hit: list[int] = []
-
-    def on_trial(record: TrialRecord, n: int) -> bool:
-        if record.status == "ok" and (record.time_ms or 0.0) <= 1.02 * best:
-            hit.append(n)
-            return True
-        return False
-
-    simulate_tune(table, "model", 0, max_trials=len(table.rows), on_trial=on_trial)
-    return hit[0] if hit else len(table.rows)
+    run = run_once(table, describe_table(table), "model", 0)
+    return run.trials if run.reached else len(table.rows)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from fingerprints import H200, H200_LIMITS
 
 from tunekit import model
 from tunekit.cache_key import CacheKey
+from tunekit.efficiency import describe_table, run_once
 from tunekit.entry import Entry, TrialRecord
 from tunekit.kernels import gemm as G
 from tunekit.registry import get_spec
@@ -95,17 +96,8 @@ def test_pattern_search_moves_one_parameter_at_a_time_from_the_incumbent() -> No
 @pytest.mark.parametrize(("table_m", "strategy", "limit"), [(4097, "model", 12), (4096, "model", 12)])
 def test_model_reaches_the_recorded_best_quickly(table_m: int, strategy: str, limit: int) -> None:
     table = recorded("gemm", m=table_m)
-    best = table.best().time_ms or 0.0
-    hit: list[int] = []
-
-    def on_trial(record: TrialRecord, n: int) -> bool:
-        if record.status == "ok" and (record.time_ms or 0.0) <= 1.02 * best:
-            hit.append(n)
-            return True
-        return False
-
-    simulate_tune(table, strategy, 0, max_trials=len(table.rows), on_trial=on_trial)
-    assert hit and hit[0] <= limit
+    run = run_once(table, describe_table(table), strategy, 0)
+    assert run.reached and run.trials <= limit
 
 
 def test_same_quantization_signature_shares_the_entry_without_measuring() -> None:

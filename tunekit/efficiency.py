@@ -238,7 +238,8 @@ def _heuristic_ms(table: TimingTable) -> float | None:
     return row.time_ms if row is not None and row.status == "ok" else None
 
 
-def _describe(table: TimingTable) -> TableInfo:
+def describe_table(table: TimingTable) -> TableInfo:
+    """What run_once needs to know about a table: its best, its size, how many configs are near the best."""
     problems = check_table(table)
     try:
         best = table.best()
@@ -522,7 +523,7 @@ def run_benchmark(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     for strategy in strategies:
         make_sampler(strategy, 0)  # an unknown strategy, or gp without scipy, fails now rather than mid-way
-    infos = [_describe(t) for t in tables]
+    infos = [describe_table(t) for t in tables]
     names = [i.name for i in infos]
     if len(set(names)) != len(names):
         raise TunekitError("two timing tables are for the same kernel and problem")
