@@ -26,7 +26,18 @@ from typer.testing import CliRunner
 from tunekit.cli import app
 from tunekit.dispatch import dispatcher
 from tunekit.errors import TunekitError
-from tunekit.fleet import JOB_ATTR, QUEUE_PREFIX, Job, JobQueue, Lease, open_storage, read_plan, run_job, work
+from tunekit.fleet import (
+    JOB_ATTR,
+    QUEUE_PREFIX,
+    Job,
+    JobQueue,
+    Lease,
+    interleave_kernels,
+    open_storage,
+    read_plan,
+    run_job,
+    work,
+)
 from tunekit.recorder import record_problems
 from tunekit.store import Store
 
@@ -282,6 +293,25 @@ def test_a_worker_measures_every_job_in_one_isolation_process(tmp_path, monkeypa
     phases = json.loads(next(line for line in said if ": phases (s) " in line).split(": phases (s) ", 1)[1])
     assert (phases["jobs"], phases["bench_started"]) == (3, 1) and phases["measure"] > 0
     assert all(": done in " in line and "setup " in line for line in said if "rows=" in line)
+
+
+def test_a_worker_with_no_job_stops_the_isolation_process_it_started_ahead(tmp_path):
+    """The isolation process is started when the worker starts (its start-up overlaps the first claim); with
+    nothing to claim it is stopped again."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    JobQueue(url)
+    report = work(url, isolate=True, timer=PlantedTimer(), say=lambda line: None)
+    assert (report.done, report.bench_started) == (0, 1)
+    assert _children(os.getpid()) == []
+
+
+def test_jobs_are_queued_round_robin_over_kernels():
+    """Workers claim in queue order: interleaved, workers that start together start on different kernels."""
+    jobs = [Job(k, {"rows": r, "cols": 8, "dtype": "float32"}) for k, r in [("a", 1), ("a", 2), ("a", 3), ("b", 1)]]
+    jobs += [Job("c", {"rows": 1, "cols": 8, "dtype": "float32"}), Job("b", {"rows": 2, "cols": 8, "dtype": "float32"})]
+    got = [(j.kernel, j.problem["rows"]) for j in interleave_kernels(jobs)]
+    assert got == [("a", 1), ("b", 1), ("c", 1), ("a", 2), ("b", 2), ("a", 3)]
+    assert interleave_kernels([]) == []
 
 
 def test_an_interrupted_worker_closes_its_isolation_process(tmp_path, monkeypatch):

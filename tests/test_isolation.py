@@ -28,7 +28,7 @@ from tunekit.cache_key import CacheKey
 from tunekit.device import fingerprint
 from tunekit.entry import Entry
 from tunekit.errors import TunekitError
-from tunekit.isolation import IsolatedBench
+from tunekit.isolation import IsolatedBench, prespawn
 from tunekit.tuner import InProcessBench, TuneOptions, _isolation, tune
 
 PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
@@ -267,3 +267,27 @@ def test_a_target_the_worker_cannot_switch_to_gets_a_fresh_worker_then_a_clear_e
         assert (bench.started, bench.pid) == (2, None)  # the running one could not switch, nor could a fresh one
         bench.retarget(toy, SECOND, 1)
         assert bench.measure(_cfg("1/a/1"), 7).status == "ok" and bench.started == 3
+
+
+def test_a_prespawned_worker_warms_up_then_serves_its_first_target(toy):
+    """prespawn starts the process before a target is known (its warm-up has no reply); the bench that adopts it
+    measures in that same process, exactly as in-process, and closing the bench ends it."""
+    configs = [_cfg("1/a/1"), _cfg("4/wrong/2"), _cfg("64/b/1"), _cfg("16/b/4")]
+    spawned = prespawn()
+    pid = spawned.proc.pid
+    timer = timer_to_json(PlantedTimer())
+    with IsolatedBench(toy_kernel.SPEC, PROBLEM, 0, timer, 30.0, spawned=spawned) as bench:
+        got = [bench.measure(c, 7) for c in configs]
+        assert (bench.pid, bench.started, bench.restarts) == (pid, 1, 0)
+    here = InProcessBench(toy_kernel.SPEC, PROBLEM, 0, PlantedTimer())
+    assert [r.to_json() for r in got] == [here.measure(c, 7).to_json() for c in configs]
+    assert [r.status for r in got] == ["ok", "wrong", "failed", "ok"]
+    assert not _alive(pid)
+
+
+def test_a_prespawned_worker_never_adopted_is_stopped_by_close():
+    spawned = prespawn()
+    pid = spawned.proc.pid
+    assert _alive(pid)
+    spawned.close()
+    assert not _alive(pid) and spawned.proc.returncode is not None

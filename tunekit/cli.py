@@ -253,7 +253,7 @@ def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) 
 def _tune_fleet(
     work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
 ) -> None:
-    from tunekit.fleet import Job, JobQueue, run_workers
+    from tunekit.fleet import Job, JobQueue, interleave_kernels, run_workers
 
     if submit and workers is not None:
         raise TunekitError("--submit only queues the jobs and --workers also runs them here: give one of them")
@@ -265,10 +265,10 @@ def _tune_fleet(
             raise TunekitError("--submit needs --storage URL: the shared store the workers read")
         settings.cache_dir().mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{settings.cache_dir() / 'fleet.db'}"
-    jobs = [
+    jobs = interleave_kernels(
         Job(spec.name, dict(problem), options.trials, options.sampler, options.seed, options.timeout_s)
         for spec, problem in work_list
-    ]
+    )
     q = JobQueue(url, queue)
     added, skipped = q.submit(jobs)
     console.print(f"queue {queue!r} at {url}: {added} jobs queued, {skipped} already queued, running or done")

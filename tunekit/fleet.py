@@ -58,7 +58,7 @@ from tunekit.spec import KernelSpec
 if TYPE_CHECKING:
     from tunekit.bench import Timer
     from tunekit.entry import TrialRecord
-    from tunekit.isolation import IsolatedBench
+    from tunekit.isolation import IsolatedBench, Spawned
     from tunekit.store import Store
     from tunekit.tuner import Bench, TuneReport
 
@@ -554,6 +554,13 @@ class WorkerBench:
         self.candidate_timeout_s = options.candidate_timeout_s
         self._described = _isolation(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
         self.isolated: IsolatedBench | None = None
+        self._spawned: Spawned | None = None
+        if self._described is not None:
+            from tunekit.isolation import prespawn
+
+            # Started now, the isolation worker's interpreter, imports and CUDA context (seconds) overlap the
+            # queue, the cache and the first claim instead of following them.
+            self._spawned = prespawn()
 
     def open(self, spec: KernelSpec, problem: dict[str, Value], seed: int) -> Bench:
         """The bench for one job, ready to measure (a load failure raises TunekitError: the job's failure)."""
@@ -565,8 +572,15 @@ class WorkerBench:
             from tunekit.isolation import IsolatedBench
 
             self.isolated = IsolatedBench(
-                spec, problem, seed, self._described, self.candidate_timeout_s, label=self.timer.label
+                spec,
+                problem,
+                seed,
+                self._described,
+                self.candidate_timeout_s,
+                label=self.timer.label,
+                spawned=self._spawned,
             )
+            self._spawned = None
         else:
             self.isolated.retarget(spec, problem, seed, timer=self._described, label=self.timer.label)
         self.isolated.start()
@@ -574,13 +588,16 @@ class WorkerBench:
 
     @property
     def started(self) -> int:
-        return self.isolated.started if self.isolated is not None else 0
+        return self.isolated.started if self.isolated is not None else int(self._spawned is not None)
 
     @property
     def restarts(self) -> int:
         return self.isolated.restarts if self.isolated is not None else 0
 
     def close(self) -> None:
+        if self._spawned is not None:  # no job came
+            self._spawned.close()
+            self._spawned = None
         if self.isolated is not None:
             self.isolated.close()
 
@@ -675,6 +692,20 @@ def run_job(
     finally:
         if bench is None:
             benches.close()
+
+
+def interleave_kernels(jobs: Iterable[Job]) -> list[Job]:
+    """The jobs round-robin over their kernels, each kernel's jobs in their order (the queue's claim order).
+
+    Workers claim in queue order. With one kernel's jobs in a row, workers starting together all compile that
+    kernel's configs at once, each for itself; interleaved, they start on different kernels, and a worker's first
+    job of a kernel another worker has tuned finds its compiled configs in the shared Triton cache.
+    """
+    by_kernel: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_kernel.setdefault(job.kernel, []).append(job)
+    rounds = max((len(group) for group in by_kernel.values()), default=0)
+    return [group[i] for i in range(rounds) for group in by_kernel.values() if i < len(group)]
 
 
 def work(

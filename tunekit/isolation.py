@@ -13,9 +13,11 @@ access every later CUDA call in that process fails). In the worker each of these
 The next candidate starts a fresh worker (`restarts` counts them). One worker can serve many problems in turn
 (`retarget`: a fleet worker keeps one for its lifetime): the running worker is sent the new target, frees the
 previous inputs and builds the new ones, so torch, Triton, the CUDA context and Triton's compiled kernels are paid
-for once; a worker replaced after a fault starts on the current target. The protocol is one JSON object per line:
-requests on the worker's stdin, replies on a private copy of its stdout (the worker points fd 1 at stderr, so stray
-prints from kernels or libraries cannot break the protocol). Nothing is pickled. The worker imports the kernel by
+for once; a worker replaced after a fault starts on the current target. A worker can also be started before its
+first target is known (`prespawn`: it warms up while the caller gets the target). The protocol is one JSON object
+per line: requests on the worker's stdin, replies (to every request but the warm-up) on a private copy of its
+stdout (the worker points fd 1 at stderr, so stray prints from kernels or libraries cannot break the protocol).
+Nothing is pickled. The worker imports the kernel by
 module name (its registry entry, else the module defining its launcher) with the parent's sys.path, and refuses a
 spec whose source hash differs from the parent's. It exits when the parent dies.
 """
@@ -36,6 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import IO, Any
 
 from tunekit import backend, registry
@@ -96,6 +99,7 @@ class IsolatedBench:
         timeout_s: float,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         label: str = "",
+        spawned: Spawned | None = None,
     ) -> None:
         self.spec = spec
         self.label = label  # the timer's label, recorded in entries' provenance
@@ -110,6 +114,9 @@ class IsolatedBench:
         self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
+        if spawned is not None:  # started ahead (prespawn): its first init waits only for what is not done yet
+            self._proc, self._stderr = spawned.proc, spawned.stderr
+            self.started += 1
 
     def _init_request(self, spec: KernelSpec, problem: Problem, seed: int, timer: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -234,15 +241,9 @@ class IsolatedBench:
 
     def _spawn(self) -> None:
         self._kill()
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed in _kill
         self._buffer = b""
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tunekit.isolation", str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            start_new_session=True,  # a Ctrl-C reaches the parent, which then closes the worker
-        )
+        spawned = _spawn_process()
+        self._proc, self._stderr = spawned.proc, spawned.stderr
         self.started += 1
 
     def _load(self, failed: str) -> None:
@@ -348,6 +349,64 @@ def _current_cuda_device() -> int:
     import torch
 
     return int(torch.cuda.current_device())
+
+
+@dataclass
+class Spawned:
+    """A worker process started before it has a target: `IsolatedBench(spawned=...)` adopts it."""
+
+    proc: subprocess.Popen[bytes]
+    stderr: IO[bytes]
+
+    def close(self) -> None:
+        """Stop a worker that was never adopted."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+def _spawn_process() -> Spawned:
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed with it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunekit.isolation", str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,  # a Ctrl-C reaches the parent, which then closes the worker
+    )
+    return Spawned(proc, stderr)
+
+
+def prespawn() -> Spawned:
+    """Start a worker now, before its first target is known, and have it warm up.
+
+    Its interpreter, imports and CUDA context (seconds) then overlap whatever the caller does before the first
+    target (a fleet worker: opening the queue and the cache, claiming a job). The warm-up has no reply; the
+    first init's reply comes once the warm-up and the init are both done.
+    """
+    spawned = _spawn_process()
+    warm = {"op": "warm", "device_index": None if backend.INTERPRETED else _current_cuda_device()}
+    assert spawned.proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, OSError):  # a worker that died at once is reported by the init
+        spawned.proc.stdin.write((json.dumps(warm) + "\n").encode())
+        spawned.proc.stdin.flush()
+    return spawned
+
+
+def _warm(device_index: int | None) -> None:
+    """What every target needs, done ahead: the CUDA context on the device, the measuring modules imported."""
+    import torch
+
+    import tunekit.bench
+    import tunekit.verify  # noqa: F401
+
+    if device_index is not None:
+        torch.cuda.set_device(device_index)
+        torch.empty(1, device="cuda")  # creates the context
 
 
 # ----------------------------------------------------------------------------------------------- the worker
@@ -482,6 +541,10 @@ def serve(parent: int) -> None:
         if request.get("op") == "exit":
             break
         reply: dict[str, Any]
+        if request.get("op") == "warm":  # no reply: a failure here shows again, and is reported, at init
+            with contextlib.suppress(Exception):
+                _warm(request.get("device_index"))
+            continue
         try:
             if request.get("op") == "init":
                 if worker is not None:  # retargeted: the previous inputs go first
