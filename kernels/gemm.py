@@ -10,9 +10,10 @@ Loads vectorise only where Triton can prove alignment: the main K loop runs whol
 strides, computed on the host) is written into sizes and strides as x // ALIGN * ALIGN, since Triton itself only
 specialises on multiples of 16. On an H200 this took 4096x3000x3000 bf16 from 0.65 ms to 0.18 ms.
 
-Variants (see search_spaces/gemm.py): `grouped`, `persistent`, `splitk` (+ a reduce-and-epilogue kernel) and
-`tma` (Hopper tensor descriptors). Each has its own @triton.jit function; they share the tile-order, main-loop
-and epilogue helpers below.
+Variants (see search_spaces/gemm.py): `grouped`, `persistent`, `splitk` (+ a reduce-and-epilogue kernel), `tma`
+(Hopper tensor descriptors) and `staged` (the tma kernel on copies of A and B whose leading strides are padded to
+16 bytes, for sizes that leave rows unaligned). Each but `staged` has its own @triton.jit function; they share the
+tile-order, main-loop and epilogue helpers below.
 
 The @triton.jit bodies are exempt from typing (mypy does not check kernels/); host code is typed.
 """
@@ -537,17 +538,23 @@ def _gemm_tma_kernel(
     GROUP_M: tl.constexpr,
     BIG: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
-    """Persistent: TMA loads zero-fill outside [M, K] / [K, N], so the main loop needs no masks."""
+    """Persistent: TMA loads zero-fill outside [M, K] / [K, N], so the main loop needs no masks.
+
+    WARP_SPECIALIZE (not in the space; tests/gpu/gemm_staged_probe.py measures it): Triton 3.6 splits the K loop
+    into a TMA-loading warp group and two MMA warp groups on Hopper, but only with num_warps=4 and an outer loop
+    that is not flattened into it (otherwise it compiles the plain loop without a word).
+    """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, num_programs, flatten=True):
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, num_programs, flatten=not WARP_SPECIALIZE):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
+        for ki in tl.range(0, k_tiles, warp_specialize=WARP_SPECIALIZE):
             off_k = ki * BLOCK_K
             a = a_desc.load([off_k, off_m]).T if A_COL else a_desc.load([off_m, off_k])
             b = b_desc.load([off_n, off_k]).T if B_COL else b_desc.load([off_k, off_n])
@@ -664,6 +671,23 @@ def _tma_descriptors(a: torch.Tensor, b: torch.Tensor, bm: int, bn: int, bk: int
     return a_desc, b_desc, a_layout == "col", b_layout == "col"
 
 
+def _staged(t: torch.Tensor) -> torch.Tensor:
+    """t itself where TMA can describe it, else a copy of the same layout (strided: row-major) whose leading stride
+    is rounded up to a multiple of 16 bytes. The copy is a view of t's shape: the padding is never read (TMA
+    zero-fills past the described sizes, the plain kernels mask them), so it needs no zeros."""
+    if tensors_aligned16(t):
+        return t
+    rows, cols = t.shape
+    col = layout_of(t) == "col"
+    per_vector = ALIGN_BYTES // t.element_size()
+    lead = triton.cdiv(rows if col else cols, per_vector) * per_vector
+    if col:
+        buffer = torch.empty((cols, lead), device=t.device, dtype=t.dtype)[:, :rows].T
+    else:
+        buffer = torch.empty((rows, lead), device=t.device, dtype=t.dtype)[:, :cols]
+    return buffer.copy_(t)
+
+
 def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     """Write C for 2-D A [M, K] and B [K, N] of any strides. No validation: this is the hot path."""
     a, b, bias, residual, activation, alpha, beta = inputs
@@ -675,6 +699,8 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     group_m, split_k = int(config["GROUP_M"]), int(config["SPLIT_K"])
     variant = config["variant"] if k > 0 else "grouped"  # K == 0: no K loop to split or describe
+    if variant == "staged":  # aligned copies of A and B for the tma kernel; C, bias and residual need none
+        a, b, variant = _staged(a), _staged(b), "tma"
     tensors = [t for t in (a, b, c, residual) if t is not None]
     big = max(_span(t) for t in tensors) > INT32_LIMIT or (variant == "splitk" and split_k * m * n > INT32_LIMIT)
     # An absent bias or residual still needs a pointer argument; the constexpr flag keeps it unread.
@@ -711,6 +737,8 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
                 programs,
                 A_COL=a_col,
                 B_COL=b_col,
+                # Not a parameter of the space: only tests/gpu/gemm_staged_probe.py sets it.
+                WARP_SPECIALIZE=bool(config.get("WARP_SPECIALIZE", False)),
                 **epilogue,
                 **blocks,
                 **options,
@@ -897,7 +925,8 @@ _SAFE = {
 
 
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
-    """A grouped (or, for few tiles and long K on a GPU, splitk) config sized to the problem, always valid.
+    """A grouped (or, for few tiles and long K on a GPU, splitk; for unaligned sizes on Hopper past skinny M,
+    staged) config sized to the problem, always valid.
 
     GPU shapes follow what measured best on an H200 among hand-picked configs (bf16): 128x256x64, 8 warps, 4
     stages for large M and N; 16..64 x 64 x 128, 5 stages for skinny M (memory-bound: deep K tiles, many tiles).
@@ -925,6 +954,10 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
         "num_stages": stages,
     }
     candidates = [grouped]
+    unaligned = not is_aligned16(m, n, k, str(problem["dtype"]), str(problem["a_layout"]))
+    if m > 64 and unaligned and gemm_space.has_tma(device):
+        # Rows of unaligned length load element by element: bf16 2053^3 ran 5x faster on aligned copies (H200).
+        candidates.insert(0, dict(grouped, variant="staged"))
     if device.sm_count > 0:  # few tiles and a long K: split K until the programs fill the SMs
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         split = 1

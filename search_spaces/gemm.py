@@ -1,6 +1,6 @@
 """Search space of the fused-epilogue GEMM (kernels/gemm.py): C = act(alpha * A @ B + bias) + beta * residual.
 
-Four variants, one kernel function each:
+Five variants, one kernel function each but `staged`, which runs `tma`'s:
 - `grouped`: one program per C tile, tiles launched in GROUP_M-row bands so neighbouring programs share A and
   B tiles in L2.
 - `persistent`: min(#SMs, tiles) programs, each looping over tiles in the same grouped order (no tail wave of
@@ -12,6 +12,12 @@ Four variants, one kernel function each:
   like `persistent`. Only where the device has TMA (NVIDIA, compute capability >= 9.0) and base pointers and
   leading strides are 16-byte aligned (the aligned16 flag); sizes need not divide anything (TMA zero-fills tiles
   past the edge).
+- `staged`: `tma` for problems whose sizes leave rows unaligned (e.g. bf16 2053^3, where every load of the other
+  variants goes element by element): each operand whose leading stride is not a multiple of 16 bytes is first
+  copied into a buffer whose leading dimension is rounded up to one, then the `tma` kernel runs on the copies and
+  writes C directly (C, bias and residual are read and written with masks: they need no copy). The copies are
+  part of its time, so the tuner weighs them against plain loads. Tile parameters as `tma`. Only where the
+  device has TMA and the problem's sizes are not 16-byte aligned (where they are, `tma` needs no copies).
 
 The space is sized so that an exhaustive sweep of one shape takes minutes on an H200 (150-400 valid configs for
 the shapes in the recorded timing tables, cache/timings/): parameters whose value cannot change the kernel are
@@ -33,7 +39,8 @@ from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
 
-VARIANTS = ("grouped", "persistent", "splitk", "tma")
+VARIANTS = ("grouped", "persistent", "splitk", "tma", "staged")
+TMA_VARIANTS = ("tma", "staged")  # the variants that run the tensor-descriptor kernel
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 LAYOUTS = ("row", "col")
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -131,11 +138,20 @@ def _splitk_workspace(config: Config, problem: Problem, device: DeviceFingerprin
 
 
 def _tma_device(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "tma" or has_tma(device)
+    return config["variant"] not in TMA_VARIANTS or has_tma(device)
 
 
 def _tma_aligned(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return config["variant"] != "tma" or bool(problem["aligned16"])
+
+
+def _staged_unaligned_sizes(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    # From the sizes, not the aligned16 flag: a problem with aligned sizes but unaligned strides (the recorded
+    # 3000^3 table) would copy just to re-align pointers, and its recorded config set must stay what it was.
+    if config["variant"] != "staged":
+        return True
+    m, n, k = int(problem["m"]), int(problem["n"]), int(problem["k"])
+    return not is_aligned16(m, n, k, str(problem["dtype"]), str(problem["a_layout"]))
 
 
 def _fits_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -227,13 +243,20 @@ SPACE = SearchSpace(
         Rule(
             "tma_needs_hopper",
             _tma_device,
-            why="tensor descriptors (TMA) exist on NVIDIA compute capability >= 9.0 only; never in the interpreter",
+            why="tensor descriptors (TMA: the tma and staged variants) exist on NVIDIA compute capability >= 9.0 "
+            "only; never in the interpreter",
         ),
         Rule(
             "tma_needs_aligned16",
             _tma_aligned,
             why="TMA descriptors need 16-byte aligned base pointers and leading strides in bytes (the problem's "
             "aligned16 flag); sizes need no alignment, tiles past the edge are zero-filled",
+        ),
+        Rule(
+            "staged_only_for_unaligned_sizes",
+            _staged_unaligned_sizes,
+            why="staged copies operands whose rows are not a multiple of 16 bytes (N, K, or M for column-major A); "
+            "where the sizes are aligned there is nothing to stage and tma runs on the operands themselves",
         ),
         Rule(
             "pipeline_fits_shared_memory",

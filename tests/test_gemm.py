@@ -1,7 +1,8 @@
 """The fused-epilogue GEMM against torch in float64: every interpreter-runnable variant x every epilogue x dtype x
-awkward sizes, both layouts of A and B, the TMA kernel (run directly: the interpreter executes tensor descriptors,
-though the space never offers tma there), the space's rules on the interpreter and on a fake H200, heuristic
-validity, the ops (strides, leading dims, empty and K == 0 inputs, torch.compile) and bad inputs.
+awkward sizes, both layouts of A and B, the TMA kernel and the staged variant (run directly: the interpreter
+executes tensor descriptors, though the space never offers tma or staged there), the space's rules on the
+interpreter and on a fake H200 (and the recorded H200 timing tables still matching them), heuristic validity, the
+ops (strides, leading dims, empty and K == 0 inputs, torch.compile) and bad inputs.
 
 Kept small (M, N, K <= 100, 16/32 blocks): the interpreter runs every program in Python.
 """
@@ -14,15 +15,18 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from fingerprints import H200
+from fingerprints import H200, H200_LIMITS
 
+from tunekit import model
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import gemm as G
 from tunekit.ops.gemm import linear, matmul
 from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
+from tunekit.simulate import check_table
 from tunekit.spec import DTYPE_NAMES
+from tunekit.timing_table import load_all
 from tunekit.verify import verify_config
 
 SPEC = G.SPEC
@@ -217,6 +221,70 @@ def test_tma_on_byte_aligned_sizes(
     assert verify_config(SPEC, cfg, problem, CPU, seed=1) is None
 
 
+# (M, N, K) whose rows are no multiple of 16 bytes in fp16/bf16, as bf16 2053^3 but small: odd K and N, M odd too
+# (column-major A's leading dim), each ending in a partial 32-wide tile.
+UNALIGNED = ((37, 45, 53), (70, 33, 41))
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda lay: "-".join(lay))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=lambda d: DTYPE_NAMES[d])
+def test_staged_runs_the_tma_kernel_on_aligned_copies(
+    dtype: torch.dtype, layouts: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copies get 16-byte leading strides in the operand's own layout; the TMA kernel (no fallback to plain
+    loads) reads them and writes the unpadded C, bias and residual read as they are."""
+    for name in ("_gemm_grouped_kernel", "_gemm_persistent_kernel", "_gemm_splitk_kernel"):
+        monkeypatch.setattr(G, name, _NotTma())
+    cfg = config("staged", 32, 32, 32, group_m=8)
+    for i, ((m, n, k), epilogue) in enumerate(itertools.product(UNALIGNED, ("bias_gelu", "alpha_beta"))):
+        inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts, seed=i)
+        a, b = inputs[0], inputs[1]
+        assert not G.tensors_aligned16(a) and not G.tensors_aligned16(b)
+        for t in (a, b):
+            copy = G._staged(t)
+            assert G.tensors_aligned16(copy) and G.layout_of(copy) == G.layout_of(t) and torch.equal(copy, t)
+        assert_matches(run_launch(cfg, inputs), reference64(inputs), f"staged {epilogue} {m}x{n}x{k} {layouts}")
+
+
+def test_staged_copies_only_unaligned_operands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 16-byte aligned operand goes to the kernel as it is; an unaligned one, strided included, is copied."""
+    aligned = torch.randn(24, 40, dtype=torch.bfloat16)
+    assert G._staged(aligned) is aligned
+    strided = torch.randn(66, 130, dtype=torch.bfloat16)[::2, ::2][:33, :45]
+    copy = G._staged(strided)
+    assert G.layout_of(copy) == "row" and copy.stride() == (48, 1) and torch.equal(copy, strided)
+
+    # A [33, 45] has 90-byte rows: copied, padded to 48 columns. B [45, 40] has 80-byte rows: used as it is.
+    inputs = gemm_inputs(33, 40, 45, torch.bfloat16, "bias_relu")
+    described: list[tuple[torch.Tensor, torch.Tensor]] = []
+    real = G._tma_descriptors
+
+    def spy(a: torch.Tensor, b: torch.Tensor, bm: int, bn: int, bk: int) -> object:
+        described.append((a, b))
+        return real(a, b, bm, bn, bk)
+
+    monkeypatch.setattr(G, "_tma_descriptors", spy)
+    assert_matches(run_launch(config("staged", 32, 32, 32, group_m=8), inputs), reference64(inputs))
+    ((a, b),) = described
+    assert a.stride() == (48, 1) and a.data_ptr() != inputs[0].data_ptr() and b is inputs[1]
+
+
+def test_staged_falls_back_to_plain_loads_on_the_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no descriptor can be built, the grouped kernel runs on the aligned copies, with the same tiles."""
+    monkeypatch.setattr(G, "_tma_descriptors", lambda *args: None)
+    inputs = gemm_inputs(37, 45, 53, torch.float16, "alpha_beta", ("col", "row"))
+    assert_matches(run_launch(config("staged", 32, 32, 32, group_m=8), inputs), reference64(inputs))
+
+
+def test_warp_specialize_flag_changes_nothing_in_the_interpreter() -> None:
+    """Not in the space (tests/gpu/gemm_staged_probe.py times it on the GPU); off by default, same results on."""
+    inputs = gemm_inputs(48, 32, 80, torch.bfloat16, "gelu_tanh_residual")
+    cfg = config("tma", 32, 16, 16, group_m=8)
+    plain = run_launch(cfg, inputs)
+    assert_matches(plain, reference64(inputs))
+    assert torch.equal(run_launch(dict(cfg, WARP_SPECIALIZE=True), inputs), plain)
+
+
 def test_aligned16_counts_bytes() -> None:
     """The flag's sizes part: N, K (and M for column-major A) times the element size, multiples of 16 bytes."""
     assert is_aligned16(3000, 3000, 3000, "bfloat16", "row")  # 6000-byte rows: TMA-capable
@@ -348,6 +416,62 @@ def test_tma_offered_only_on_hopper_for_aligned_problems() -> None:
         assert all(c["variant"] != "tma" for c in SPACE.valid_configs(problem, INTERP))
 
 
+def test_staged_offered_on_hopper_only_for_unaligned_sizes() -> None:
+    """From the sizes, not the aligned16 flag: aligned sizes with unaligned strides (the recorded 3000^3 table)
+    get no staged configs; tma's tile parameters and pinning rules apply to staged alike."""
+    staged = config("staged", 128, 128, 64, group_m=8, num_warps=8)
+    unaligned = (
+        G.make_problem(2053, 2053, 2053, "bfloat16", activation="gelu", has_bias=True),
+        G.make_problem(4096, 4096, 4094, "float32"),  # K: 16376-byte rows
+        G.make_problem(4095, 4096, 4096, "float16", a_layout="col"),  # column-major A: M is its leading dim
+    )
+    for problem in unaligned:
+        assert SPACE.is_valid(staged, problem, H200), SPACE.violations(staged, problem, H200)
+        assert SPACE.violations(dict(staged, variant="tma"), problem, H200) == ["tma_needs_aligned16"]
+        assert SPACE.violations(dict(staged, SPLIT_K=2), problem, H200) == ["splitk_iff_split_k_above_1"]
+        assert SPACE.violations(dict(staged, GROUP_M=1), problem, H200) == ["group_m_8_unless_one_row_of_tiles"]
+        for device in (INTERP, A10, MI300):
+            assert "tma_needs_hopper" in SPACE.violations(staged, problem, device)
+    aligned = G.make_problem(3000, 3000, 3000, "bfloat16", activation="gelu", has_bias=True)
+    for problem in (aligned, dict(aligned, aligned16=False), G.make_problem(4095, 4096, 4096, "float16")):
+        assert SPACE.violations(staged, problem, H200) == ["staged_only_for_unaligned_sizes"]
+    # The staged configs are the tma configs of the problem's aligned twin: same tiles, same pins.
+    odd, even = G.make_problem(2053, 2053, 2053, "bfloat16"), G.make_problem(2056, 2056, 2056, "bfloat16")
+    assert _tiles_of(odd, "staged") == _tiles_of(even, "tma")
+    assert not _tiles_of(odd, "tma") and not _tiles_of(even, "staged")
+
+
+def _tiles_of(problem: dict, variant: str) -> set[tuple]:
+    """The valid configs of one variant on the H200, less the variant itself."""
+    valid = SPACE.valid_configs(problem, H200)
+    return {tuple(v for name, v in c.items() if name != "variant") for c in valid if c["variant"] == variant}
+
+
+def test_recorded_gemm_tables_keep_their_valid_configs() -> None:
+    """Every recorded H200 GEMM table still holds exactly the configs the space finds valid (the source hash
+    warning is expected after a kernel edit; an error would make the simulated tuning runs meaningless)."""
+    tables = [t for t in load_all() if t.kernel == "gemm"]
+    assert tables
+    for table in tables:
+        assert not [p for p in check_table(table) if p.startswith("error")], table.problem
+
+
+def test_model_adds_the_staging_copies_to_tma() -> None:
+    """staged quantizes as tma on the same tiles, plus one copy kernel per unaligned operand and its bytes."""
+    tma = config("tma", 128, 256, 64, group_m=8, num_warps=8, num_stages=3)
+    problem = G.make_problem(2053, 2053, 2053, "bfloat16", activation="gelu", has_bias=True)
+    plain = model.quantize("gemm", tma, problem, H200_LIMITS)
+    staged = model.quantize("gemm", dict(tma, variant="staged"), problem, H200_LIMITS)
+    assert plain is not None and staged is not None
+    assert staged.geometry.dims == plain.geometry.dims and staged.grid == plain.grid == 132
+    assert (plain.geometry.extra_kernels, plain.geometry.extra_dram_bytes) == (0, 0.0)
+    assert staged.geometry.extra_kernels == 2  # A [2053, 2053] and B [2053, 2053], both padded to 2056
+    assert staged.geometry.extra_dram_bytes == 2 * 2 * 2053 * (2053 + 2056)
+    assert staged.predicted_clk > plain.predicted_clk
+    b_only = dict(problem, k=2048, b_layout="row")  # A's rows (K) aligned: only B (N = 2053) is copied
+    assert model.quantize("gemm", dict(tma, variant="staged"), b_only, H200_LIMITS).geometry.extra_kernels == 1
+
+
 def test_smem_rule_prunes_on_hopper_not_in_interpreter() -> None:
     problem = G.make_problem(4096, 4096, 4096, "bfloat16")
     big = config("grouped", 256, 128, 64, group_m=8, num_warps=8, num_stages=5)
@@ -388,7 +512,7 @@ def test_block_rules_follow_problem_sizes() -> None:
 def test_every_rule_has_a_reason() -> None:
     assert all(rule.why for rule in SPACE.rules)
     assert {p.name for p in SPACE.params} == set(SPEC.space.names)
-    assert set(VARIANTS) == {"grouped", "persistent", "splitk", "tma"}
+    assert set(VARIANTS) == {"grouped", "persistent", "splitk", "tma", "staged"}
 
 
 def _sweep_problems():
@@ -410,6 +534,13 @@ def test_heuristic_splits_k_for_few_tiles_on_gpu() -> None:
     skinny = SPEC.heuristic(G.make_problem(16, 4096, 4096, "bfloat16"), H200)
     assert skinny["variant"] == "splitk" and skinny["SPLIT_K"] > 1
     assert SPEC.heuristic(G.make_problem(4096, 4096, 4096, "bfloat16"), H200)["variant"] == "grouped"
+
+
+def test_heuristic_stages_unaligned_problems_on_hopper() -> None:
+    odd = G.make_problem(2053, 2053, 2053, "bfloat16", activation="gelu", has_bias=True)
+    assert SPEC.heuristic(odd, H200)["variant"] == "staged"
+    assert SPEC.heuristic(odd, A10)["variant"] == "grouped"
+    assert SPEC.heuristic(G.make_problem(16, 4096, 4093, "bfloat16"), H200)["variant"] == "splitk"  # skinny M
 
 
 # --------------------------------------------------------------------------------------------- problem parsing

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from tunekit.search_spaces.gemm import ALIGN_BYTES
 from tunekit.search_spaces.layernorm import HOLDS_ROWS
 from tunekit.space import Config, Problem, SearchSpace
 
@@ -165,7 +166,9 @@ def gemm_geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
     """One program per BLOCK_M x BLOCK_N tile of C (times SPLIT_K for splitk); persistent variants loop over tiles.
 
     Every tile runs whole BLOCK_K steps on the tensor cores, the ragged K step and masked-off rows and columns
-    included. Loads are clipped to the problem (masked lanes and TMA's out-of-bounds boxes fetch nothing).
+    included. Loads are clipped to the problem (masked lanes and TMA's out-of-bounds boxes fetch nothing). staged
+    is tma's tiles plus the copies of its unaligned operands, as extra kernels and bytes. Not modelled: that plain
+    loads of rows with no 16-byte alignment go element by element (what makes staged worth its copies).
     """
     m, n, k = int(problem["m"]), int(problem["n"]), int(problem["k"])
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
@@ -196,6 +199,8 @@ def gemm_geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
     if split > 1:  # the reduce kernel reads the partials, applies the epilogue and writes C
         extra_kernels = 1
         extra_dram = FP32_BYTES * split * m * n + e * m * n + (e * m * n if residual else 0) + (e * n if bias else 0)
+    if variant == "staged":
+        extra_kernels, extra_dram = _staging_copies(problem, e)
     # Registers: the fp32 accumulator (BM*BN values over the threads), one double-buffered 16-deep k-slice of the
     # A and B operands in 32-bit registers, and BASE_REGISTERS for addresses, masks and loop state; capped at 255.
     accumulator = bm * bn / threads
@@ -203,7 +208,7 @@ def gemm_geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
     pipeline_smem = stages * (bm * bk + bk * bn) * e  # as search_spaces/gemm.py smem_bytes
     # Triton reuses the pipeline buffers (dead after the K loop) for the epilogue's layout conversion.
     epilogue_smem = bm * bn * out_bytes
-    persistent = variant in ("persistent", "tma")
+    persistent = variant in ("persistent", "tma", "staged")
     return Geometry(
         dims=tuple(dims),
         shape=f"{bm}x{bn}x{bk}" + (f"/{split}" if split > 1 else ""),
@@ -224,6 +229,21 @@ def gemm_geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
         extra_dram_bytes=extra_dram,
         loop_steps=steps_per_split,
     )
+
+
+def _staging_copies(problem: Problem, e: int) -> tuple[int, float]:
+    """The staged variant's copies (kernels/gemm.py `_staged`): one copy kernel per operand whose leading dim is
+    no multiple of 16 bytes, reading it once and writing it with that dim padded; the tma kernel then reads the
+    copy (its operand bytes, counted as for tma)."""
+    m, n, k = int(problem["m"]), int(problem["n"]), int(problem["k"])
+    a_col, b_col = problem.get("a_layout") == "col", problem.get("b_layout") == "col"
+    per_vector = ALIGN_BYTES // e
+    copies, moved = 0, 0.0
+    for rows, lead in ((k, m) if a_col else (m, k), (n, k) if b_col else (k, n)):  # (rows, leading dim) of A, B
+        if lead % per_vector:
+            copies += 1
+            moved += e * rows * (lead + cdiv(lead, per_vector) * per_vector)
+    return copies, moved
 
 
 def gemm_size_classes(problem: Problem, space: SearchSpace) -> tuple[object, ...]:
