@@ -89,7 +89,9 @@ def implementations(
     return runs
 
 
-def measure(shape: tuple, device: torch.device, staged_tiles: tuple, tma_tiles: tuple) -> list[dict[str, Any]]:
+def measure(
+    shape: tuple, device: torch.device, staged_tiles: tuple, tma_tiles: tuple, only: str = ""
+) -> list[dict[str, Any]]:
     m, n, k, activation, has_bias = shape
     problem = G.make_problem(m, n, k, "bfloat16", activation=activation, has_bias=has_bias)
     a, b, bias, residual, act = G.make_inputs(problem, device, seed=0)[:5]
@@ -100,13 +102,22 @@ def measure(shape: tuple, device: torch.device, staged_tiles: tuple, tma_tiles: 
     timer = default_timer()
     rows = []
     for name, run in implementations(inputs, bool(problem["aligned16"]), staged_tiles, tma_tiles).items():
+        if only not in name:
+            continue
         row: dict[str, Any] = {"problem": label, "implementation": name, "check": "-", "ms": None, "tflops": None}
         rows.append(row)
         if isinstance(run, str):
             row["check"] = f"n/a: {run}"
             continue
         try:
-            got = run().float()
+            # Said before and after the first launch (compiled by then) and its end: a run cut short by a time
+            # limit shows whether compiling or running hung.
+            print(f"{label} {name}: compiling and launching", flush=True)
+            out = run()
+            print(f"{label} {name}: launched", flush=True)
+            got = out.float()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
         except KERNEL_ERRORS as exc:
             row["check"] = f"error: {str(exc).splitlines()[0][:120]}"
             continue
@@ -131,14 +142,18 @@ def measure(shape: tuple, device: torch.device, staged_tiles: tuple, tma_tiles: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small shapes and tiles (the interpreter's)")
-    smoke = parser.parse_args().smoke
+    parser.add_argument("--only", default="", help="only implementations whose name contains this (e.g. WS)")
+    parser.add_argument("--shape", type=int, action="append", help="only these SHAPES (0-based index, repeatable)")
+    args = parser.parse_args()
+    smoke = args.smoke
     if not smoke and backend.INTERPRETED:
         parser.error("no GPU: run with --smoke")
     device = backend.torch_device()
     shapes, staged_tiles, tma_tiles = (
         (SMOKE_SHAPES, SMOKE_STAGED_TILES, SMOKE_TMA_TILES) if smoke else (SHAPES, STAGED_TILES, TMA_TILES)
     )
-    rows = [row for shape in shapes for row in measure(shape, device, staged_tiles, tma_tiles)]
+    shapes = tuple(shapes[i] for i in args.shape) if args.shape else shapes
+    rows = [row for shape in shapes for row in measure(shape, device, staged_tiles, tma_tiles, args.only)]
     print("| problem | implementation | check | ms | TFLOP/s |")
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
