@@ -395,7 +395,7 @@ class _Context:
     compile_enabled: bool
 
 
-def _kernel_runner(spec: KernelSpec, config: dict[str, Any], inputs: Any) -> Runner:
+def kernel_runner(spec: KernelSpec, config: dict[str, Any], inputs: Any) -> Runner:
     """One launch of the kernel with this config into NaN-poisoned outputs (an unwritten element fails the check)."""
     from tunekit.verify import poison
 
@@ -429,7 +429,7 @@ def _tunekit_measurements(
     if ctx.options.heuristic:
         configs.append((HEURISTIC, dict(spec.heuristic(problem, fingerprint()))))
     for impl, config in configs:
-        build = functools.partial(_kernel_runner, spec, config, inputs)
+        build = functools.partial(kernel_runner, spec, config, inputs)
         m = check_then_time(impl, build, spec, expected, method, ctx.timer, baseline=False)
         m.config = config
         m.served_by = d.served_by.get(key) if impl == TUNEKIT else None

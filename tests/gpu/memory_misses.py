@@ -57,12 +57,21 @@ from tunekit.bench import Timer, default_timer
 from tunekit.dispatch import dispatcher
 from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
 from tunekit.registry import get_spec
-from tunekit.report import COPY, TUNEKIT, BenchRun, check_then_time, copy_measurement, read_run, timing_method
+from tunekit.report import (
+    COPY,
+    TUNEKIT,
+    BenchRun,
+    check_then_time,
+    copy_measurement,
+    kernel_runner,
+    read_run,
+    timing_method,
+)
 from tunekit.search_spaces.layernorm import single_block_n
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec
 from tunekit.suite import SEED, families
-from tunekit.verify import KNOWN_KERNEL_FAILURES, poison
+from tunekit.verify import KNOWN_KERNEL_FAILURES
 
 BENCH = Path(__file__).resolve().parents[2] / "cache" / "bench" / "h200-sm90-132sm" / "memory.json"
 FLAT_CONFIGS = ((1024, 4), (4096, 8))  # (int32 words per program, warps): 2 and 4 16-byte vectors per thread
@@ -438,19 +447,6 @@ def flat_runner(nbytes: int, read_only: bool, block: int, warps: int) -> Runner:
 
 
 # ---------------------------------------------------------------------------------------------- one problem
-
-
-def kernel_runner(spec: KernelSpec, config: Config, inputs: Any) -> Runner:
-    """One launch into NaN-poisoned outputs, as the bench runs tunekit (an unwritten element fails the check)."""
-    outputs = spec.alloc_outputs(inputs)
-    for out in outputs:
-        poison(out)
-
-    def run() -> object:
-        spec.launch(config, inputs, outputs)
-        return outputs
-
-    return run
 
 
 def describe(config: Config) -> str:
