@@ -24,7 +24,6 @@ import tunekit.backend  # noqa: F401
 # isort: split
 
 import math
-import sys
 from typing import TYPE_CHECKING
 
 import torch
@@ -33,7 +32,6 @@ import triton
 import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.search_spaces import layernorm_backward as backward_space
 from tunekit.search_spaces.layernorm_backward import (
     MAX_CHUNKS,
     MAX_ROWS_PER_PROGRAM,
@@ -43,7 +41,7 @@ from tunekit.search_spaces.layernorm_backward import (
     single_block_n,
 )
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -501,7 +499,7 @@ SPEC = KernelSpec(
     tolerances=TOLERANCES,
     bytes_moved=bytes_moved,
     flops=flops,
-    source_hash=source_digest([sys.modules[__name__], backward_space]),
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
     torch_baseline=torch_baseline,
 )

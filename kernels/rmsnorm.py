@@ -16,7 +16,6 @@ import tunekit.backend  # noqa: F401
 # isort: split
 
 import math
-import sys
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,15 +23,11 @@ import triton
 import triton.language as tl
 
 from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.kernels import row_window as row_window_module
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.search_spaces import layernorm as layernorm_space
-from tunekit.search_spaces import rmsnorm as rmsnorm_space
-from tunekit.search_spaces import row_window as row_window_space
 from tunekit.search_spaces.rmsnorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
 from tunekit.search_spaces.row_window import vector_elements
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -306,9 +301,7 @@ SPEC = KernelSpec(
     },
     bytes_moved=bytes_moved,
     flops=flops,
-    source_hash=source_digest(
-        [sys.modules[__name__], row_window_module, rmsnorm_space, layernorm_space, row_window_space]
-    ),
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
     torch_baseline=torch_baseline,
 )

@@ -418,7 +418,7 @@ def show(
 ) -> None:
     """What the cache holds; with --kernel and --shape, which dispatch layer serves that problem."""
     from tunekit.device import fingerprint
-    from tunekit.dispatch import resolve
+    from tunekit.dispatch import resolve, why_not_served
     from tunekit.registry import get_spec, kernel_names
     from tunekit.store import Store
 
@@ -446,7 +446,7 @@ def show(
             if kernel is not None and e.key.kernel != kernel:
                 continue
             count += 1
-            servable = e.key.device_key == device.key and e.key.source_hash == get_spec(e.key.kernel).source_hash
+            why_not = why_not_served(e, device)
             table.add_row(
                 e.key.kernel,
                 e.device.get("name", "?") + f" ({e.key.device_key[:8]})",
@@ -454,7 +454,7 @@ def show(
                 f"{e.time_ms:.4f}",
                 _show_config(get_spec(e.key.kernel), e.config),
                 str(len(e.trials)),
-                "yes" if servable else "no",
+                why_not or "yes",
             )
         console.print(table)
         console.print(f"{count} entries")

@@ -10,7 +10,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tunekit import database, recorder, settings
 from tunekit.cache_key import CacheKey
@@ -18,6 +18,7 @@ from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import Entry
 from tunekit.errors import CacheError, CacheMissError
+from tunekit.identity import explain_change
 from tunekit.registry import get_spec
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec, ProblemKey
@@ -65,6 +66,22 @@ def nearest_entry(
         if math.isfinite(distance) and spec.space.is_valid(entry.config, problem, device):
             return entry
     return None
+
+
+def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
+    """"" when `entry` can serve on `device` today; otherwise why not (stale identity, Triton, another device)."""
+    if entry.key.device_key != device.key:
+        try:
+            stored = DeviceFingerprint.from_json(dict(entry.device))
+        except (KeyError, TypeError):
+            return "another device"
+        if replace(stored, triton_version=device.triton_version).key == device.key:
+            return f"stale: measured with Triton {stored.triton_version} (now {device.triton_version})"
+        return "another device"
+    current = get_spec(entry.key.kernel).source_hash
+    if entry.key.source_hash != current:
+        return f"stale: {explain_change(entry.key.source_hash, current)}"
+    return ""
 
 
 def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:

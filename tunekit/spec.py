@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tunekit.identity import HostWalk, SourceOf, function_source, make_identity, space_digest, walk_host, walk_jit
 from tunekit.space import Config, Problem, SearchSpace, Value
 
 if TYPE_CHECKING:
@@ -60,10 +59,26 @@ class KernelSpec:
     tolerances: Mapping[str, Tolerance]
     bytes_moved: Callable[[Problem], int]
     flops: Callable[[Problem], int]
-    source_hash: str
+    # Bumped by hand when host-side launch meaning changes (tunekit/identity.py; tests/test_identity.py guards it).
+    version: int
     shape_help: str = ""
     # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.
     torch_baseline: Callable[[Inputs], Any] | None = None
+
+    def launch_path(self, source_of: SourceOf = function_source) -> HostWalk:
+        """The host code from the launch and the problem parser: where the launched jit functions are found."""
+        packages = ("tunekit.", self.launch.__module__)
+        return walk_host((self.launch, self.problem_from_shape), packages, source_of)
+
+    def identity(self, source_of: SourceOf = function_source) -> str:
+        """jit code, space data and version (tunekit/identity.py); `source_of` lets tests edit the code."""
+        code = walk_jit(self.launch_path(source_of).jit_roots, source_of).digest()
+        return make_identity(self.version, code, space_digest(self.space.params))
+
+    @cached_property
+    def source_hash(self) -> str:
+        """The kernel's identity, as cache keys carry it."""
+        return self.identity()
 
     def problem_key(self, problem: Problem) -> ProblemKey:
         return tuple(problem[f] for f in self.problem_fields)
@@ -73,14 +88,6 @@ class KernelSpec:
 
     def describe_problem(self, problem: Problem) -> str:
         return ",".join(f"{f}={problem[f]}" for f in self.problem_fields)
-
-
-def source_digest(modules: Sequence[ModuleType]) -> str:
-    """Hash of the kernel's and its space's source: an edit to either retires the cached entries."""
-    h = hashlib.sha256()
-    for module in modules:
-        h.update(inspect.getsource(module).encode())
-    return h.hexdigest()[:16]
 
 
 def row_bucket(rows: int) -> int:
