@@ -8,9 +8,9 @@ loop, an illegal memory access).
 from __future__ import annotations
 
 import dataclasses
-import re
 import json
 import os
+import re
 import signal
 import subprocess
 import sys

@@ -2,8 +2,7 @@
 
 Each subclasses torch's module, so constructors, parameters and state_dict keys are torch's and weights load
 unchanged. A call tunekit cannot take (a dtype or device its kernels do not run, mixed dtypes as under autocast,
-or a Linear that must produce gradients before its autograd exists) runs torch's own forward: swapping a module
-in never breaks a model.
+runs torch's own forward: swapping a module in never breaks a model.
 """
 
 from __future__ import annotations
@@ -44,10 +43,6 @@ def param(module: torch.nn.Module, name: str) -> torch.Tensor | None:
     """A module's own parameter (or buffer) by name, typed: None when absent."""
     found = module._parameters.get(name)
     return found if found is not None else module._buffers.get(name)
-
-
-def _needs_grad(*tensors: torch.Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
@@ -110,7 +105,7 @@ class Linear(torch.nn.Linear):
 def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
     """act(input @ W.T + b) + residual through tunekit where it can run, else through torch."""
     weight, bias, activation = module.weight, module.bias, module.__dict__.get("_tunekit_activation")
-    if runs_here(input, weight, bias, residual) and not _needs_grad(input, weight, bias, residual):
+    if runs_here(input, weight, bias, residual):
         return ops.linear(input, weight, bias, activation, residual)
     out = apply_activation(F.linear(input, weight, bias), activation)
     return out if residual is None else out + residual
@@ -122,6 +117,6 @@ def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     activation = module.__dict__.get("_tunekit_activation")
     assert weight is not None and bias is not None  # patch only marks modules with both
     x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], weight.shape[1])
-    if runs_here(x, weight, bias) and not _needs_grad(x, weight, bias):
+    if runs_here(x, weight, bias):
         return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
     return apply_activation(torch.addmm(bias, x2d, weight), activation).view(out_shape)

@@ -6,20 +6,26 @@
         = act(alpha * a @ b + bias) + beta * residual         (2-D a, b)
 
 Row- and column-major operands (e.g. transposed views, linear's weight) go to the kernel as they are; other
-strides are copied to row-major first. Forward only: no autograd formula is registered.
+strides are copied to row-major first.
+
+Gradients: when they flow, the GEMM (bias fused) runs as its own op and the activation and residual as the
+pointwise op, each with a backward: the pre-activation is saved for the activation's derivative, as eager torch
+saves it. dA = alpha * dY @ B^T and dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts,
+keyed, tuned and cached like any problem); d bias is a column sum; d residual is beta * dY.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError
+from tunekit.errors import InvalidInputError, TunekitError
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
+from tunekit.ops import pointwise  # noqa: F401  (registers tunekit::bias_act*, the activation's backward)
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.gemm import is_aligned16
 
 __all__ = ["linear", "matmul"]
@@ -161,26 +167,43 @@ def _matmul_fake(
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
-@torch.library.custom_op("tunekit::linear", mutates_args=())
-def _linear_op(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],  # noqa: UP045  (torch.library parses the annotations of this signature)
-    residual: Optional[torch.Tensor],  # noqa: UP045
-    activation: str,
-) -> torch.Tensor:
-    return _linear_impl(input, weight, bias, residual, activation)
+def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b, _, _, activation, alpha, beta = inputs
+    ctx.save_for_backward(a, b)
+    ctx.activation, ctx.alpha, ctx.beta = activation, alpha, beta
 
 
-@_linear_op.register_fake
-def _linear_fake(
-    input: torch.Tensor,
-    weight: torch.Tensor,
+def _matmul_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    if ctx.activation != "none":  # _gemm_with_grad splits the activation off whenever gradients flow
+        raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
+    a, b = ctx.saved_tensors
+    need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
+    da = torch.ops.tunekit.matmul(grad, b.T, None, None, "none", ctx.alpha, 1.0) if need_a else None
+    db = torch.ops.tunekit.matmul(a.T, grad, None, None, "none", ctx.alpha, 1.0) if need_b else None
+    dbias = grad.sum(0) if need_bias else None
+    dresidual = (grad if ctx.beta == 1.0 else grad * ctx.beta) if need_residual else None
+    return da, db, dbias, dresidual, None, None, None
+
+
+_matmul_op.register_autograd(_matmul_grad, setup_context=_matmul_setup)
+
+
+def _gemm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
     bias: torch.Tensor | None,
     residual: torch.Tensor | None,
     activation: str,
+    alpha: float,
+    beta: float,
 ) -> torch.Tensor:
-    return input.new_empty((*input.shape[:-1], weight.shape[0]))
+    """The custom-op path (torch.compile, autograd). With gradients and an activation: GEMM, then pointwise."""
+    if activation == "none" or not grads_flow(a, b, bias, residual):
+        return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
+    z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
+    if residual is None:
+        return torch.ops.tunekit.bias_act(z, None, activation, 1.0)
+    return torch.ops.tunekit.bias_act_residual(z, None, residual if beta == 1.0 else residual * beta, activation, 1.0)
 
 
 def matmul(
@@ -195,7 +218,7 @@ def matmul(
 ) -> torch.Tensor:
     """act(alpha * a @ b + bias) + beta * residual for 2-D a [M, K], b [K, N]; bias [N], residual [M, N].
 
-    fp32 accumulation (fp32 inputs multiply as tf32); the result has the inputs' dtype. Forward only.
+    fp32 accumulation (fp32 inputs multiply as tf32); the result has the inputs' dtype.
     """
     if not isinstance(a, torch.Tensor):
         raise InvalidInputError(f"a must be a tensor, but got {type(a).__name__}")
@@ -209,8 +232,8 @@ def matmul(
     act = _check_activation(activation)
     alpha_f, beta_f = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
-    if torch.compiler.is_compiling():
-        return _matmul_op(a, b, bias, residual, act, alpha_f, beta_f)
+    if use_custom_op(a, b, bias, residual):
+        return _gemm_op(a, b, bias, residual, act, alpha_f, beta_f)
     return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
 
 
@@ -224,7 +247,6 @@ def linear(
     """act(input @ weight.T + bias) + residual, like torch.nn.functional.linear plus a fused epilogue.
 
     input [..., in_features], weight [out_features, in_features], bias [out_features], residual [..., out_features].
-    Forward only.
     """
     if not isinstance(input, torch.Tensor):
         raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
@@ -239,6 +261,8 @@ def linear(
     act = _check_activation(activation)
     out_shape = (*input.shape[:-1], weight.shape[0])
     _check_epilogue_tensors(bias, residual, out_shape, dtype, input)
-    if torch.compiler.is_compiling():
-        return _linear_op(input, weight, bias, residual, act)
+    if use_custom_op(input, weight, bias, residual):
+        m, k = math.prod(input.shape[:-1]), input.shape[-1]
+        r2d = residual.reshape(m, weight.shape[0]) if residual is not None else None
+        return _gemm_op(input.reshape(m, k), weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
     return _linear_impl(input, weight, bias, residual, act)

@@ -21,7 +21,7 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
 from tunekit.spec import DTYPE_NAMES, row_bucket
 
 _LAYERNORM = dispatcher("layernorm")
@@ -66,12 +66,6 @@ def _validate(
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise InvalidInputError(f"eps must be a Python float, but got {type(eps).__name__}")
     return shape
-
-
-def _needs_autograd(*tensors: torch.Tensor | None) -> bool:
-    if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -209,7 +203,7 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
-    if _needs_autograd(input, weight, bias):
+    if use_custom_op(input, weight, bias):
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
 
@@ -317,6 +311,6 @@ def rms_norm(
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
-    if _needs_autograd(input, weight):
+    if use_custom_op(input, weight):
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)

@@ -30,7 +30,7 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, dtype_name
+from tunekit.ops._checks import check_device, dtype_name, use_custom_op
 from tunekit.spec import DTYPE_NAMES, row_bucket
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
@@ -275,17 +275,13 @@ def _max_backward(
 _max_op.register_autograd(_max_backward, setup_context=_setup_max)
 
 
-def _use_custom_op(input: torch.Tensor) -> bool:
-    return torch.compiler.is_compiling() or (input.requires_grad and torch.is_grad_enabled())
-
-
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     _check_input(input, "sum")
     _check_dtype_arg(dtype, "sum")
     dims = _normalize_dims(dim, input.dim(), "sum")
     _check_sizes(input.shape, "sum")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.sum_dim(input, dims, bool(keepdim), dtype)
     return _reduce("sum", input, dims, bool(keepdim), dtype, run=True)[0]
 
@@ -296,7 +292,7 @@ def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torc
     _check_dtype_arg(dtype, "mean")
     dims = _normalize_dims(dim, input.dim(), "mean")
     _check_sizes(input.shape, "mean")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.mean_dim(input, dims, bool(keepdim), dtype)
     return _reduce("mean", input, dims, bool(keepdim), dtype, run=True)[0]
 
@@ -311,7 +307,7 @@ def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_ty
             f"max: the reduced dim must be non-empty (there is no maximum of nothing), but dim {dim} of shape "
             f"{list(input.shape)} has size 0"
         )
-    if _use_custom_op(input):
+    if use_custom_op(input):
         values, indices = torch.ops.tunekit.max_dim(input, d, bool(keepdim))
     else:
         values, indices = _reduce("max", input, [d], bool(keepdim), None, run=True)
@@ -396,7 +392,7 @@ def _softmax_args(input: object, dim: object, dtype: object, op: str) -> int:
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "softmax")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.softmax(input, d, dtype)
     return _softmax(input, d, dtype, log=False, run=True)
 
@@ -404,6 +400,6 @@ def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "log_softmax")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.log_softmax(input, d, dtype)
     return _softmax(input, d, dtype, log=True, run=True)
