@@ -93,3 +93,35 @@ def test_gradients_match_torch_or_refuse(name, dtype):
 def test_gradients_under_torch_compile_fullgraph(name):
     torch._dynamo.reset()
     _check(name, torch.float32, lambda case: torch.compile(case[1], fullgraph=True, backend="aot_eager"))
+
+
+# ---- never slower than torch: on a GPU, a problem with no entry of its own runs torch's own op ----
+
+
+@pytest.fixture
+def untuned_gpu(monkeypatch, tmp_path):
+    """Dispatch as on a GPU with no tuned entry here (an empty store, a device no shipped database covers)."""
+    import dataclasses
+
+    from fingerprints import H200
+
+    from tunekit import dispatch
+
+    monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "fingerprint", lambda: dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3"))
+    dispatch.reset_all()
+    yield dispatch
+    dispatch.reset_all()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_untuned_problems_run_torch_and_train(name, untuned_gpu):
+    _check(name, torch.float32, lambda case: case[1])
+    served = {layer for d in untuned_gpu._DISPATCHERS.values() for layer in d.served_by.values()}
+    assert served == {"torch"}, served
+
+
+def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):
+    monkeypatch.setenv("TUNEKIT_UNTUNED", "triton")
+    _check("layer_norm", torch.float32, lambda case: case[1])
+    assert set(untuned_gpu.dispatcher("layernorm").served_by.values()) <= {"nearest", "heuristic"}

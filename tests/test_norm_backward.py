@@ -398,7 +398,8 @@ def test_backward_dispatches_through_the_backward_kernel() -> None:
     for _ in range(2):
         norm_ops.layer_norm(x, (20,), w, b).backward(dy)
     backward = dispatcher("layernorm_backward")
-    assert backward.counters == {"heuristic": 1} and backward.memo_hits == 1
+    # Resolved once; the forward also asks which implementation serves the backward (torch's whole op if torch).
+    assert backward.counters == {"heuristic": 1} and backward.memo_hits == 3
     assert list(backward.memo) == [(4, 20, "float32", True, True)]
 
 

@@ -1,7 +1,15 @@
-"""The dispatch chain: memo -> user cache -> shipped databases -> nearest tuned problem -> heuristic default.
+"""The dispatch chain: memo -> user cache -> shipped databases -> (untuned) torch's own op, or in the
+interpreter the nearest tuned problem -> heuristic default.
 
 The memo is a plain dict from the op's problem key to a ready config; after the first call for a key, the op
 pays one dict lookup. Everything else here runs once per key per process.
+
+Never slower than torch: a problem with no entry of its own is served by torch's own implementation on a GPU
+(the op sees the TORCH config and calls torch), because nothing measured says a Triton config beats torch there:
+the nearest entry was measured on another problem and the heuristic on none (issue 18's measurements: untuned
+GEMMs at 0.11-0.76x torch, untuned norm backward at 0.2-0.5x). `TUNEKIT_UNTUNED=triton` serves the nearest entry
+or the heuristic instead. The interpreter keeps the Triton kernels: its timings mean nothing and the kernels are
+what runs there to be tested.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from tunekit import database, recorder, settings
 from tunekit.cache_key import CacheKey
@@ -26,7 +35,10 @@ from tunekit.store import Store
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "nearest", "heuristic", "tuned")
+LAYERS = ("cache", "shipped", "torch", "nearest", "heuristic", "tuned")
+TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
+TORCH_FALLBACK: set[str] = set()
+UNTUNED = ("torch", "nearest", "heuristic")  # kernels whose ops run torch's own implementation when served TORCH
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,8 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
         return Resolution("shipped", entry.config, entry)
+    if spec.name in TORCH_FALLBACK and not device.is_interpreter and settings.untuned() == "torch":
+        return Resolution("torch", TORCH)
     local = list(store.entries()) if store is not None else []
     entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
     if entry is not None:
@@ -143,12 +157,12 @@ class Dispatcher:
         store = _open_store()
         try:
             resolution = resolve(spec, problem, device, store)
-            if resolution.layer in ("nearest", "heuristic") and settings.tune_on_miss():
+            if resolution.layer in UNTUNED and settings.tune_on_miss():
                 resolution = self._tune(spec, problem, device, store)
         finally:
             if store is not None:
                 store.close()
-        if resolution.layer in ("nearest", "heuristic") and settings.strict():
+        if resolution.layer in UNTUNED and settings.strict():
             raise CacheMissError(
                 f"strict mode: no tuned {spec.name} config for {spec.describe_problem(problem)} on {device.label}; "
                 f"run `tunekit tune --kernel {spec.name}` for this shape or import a database"
@@ -177,7 +191,10 @@ class Dispatcher:
 _DISPATCHERS: dict[str, Dispatcher] = {}
 
 
-def dispatcher(kernel: str) -> Dispatcher:
+def dispatcher(kernel: str, torch_fallback: bool = False) -> Dispatcher:
+    """The kernel's dispatcher. An op passing torch_fallback=True runs torch's own op when served TORCH."""
+    if torch_fallback:
+        TORCH_FALLBACK.add(kernel)
     d = _DISPATCHERS.get(kernel)
     if d is None:
         d = _DISPATCHERS[kernel] = Dispatcher(kernel)

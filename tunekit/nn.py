@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from tunekit import backend, ops
+from tunekit.ops.pointwise import TORCH_ACTIVATIONS
+from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 from tunekit.spec import DTYPE_NAMES
 
 __all__ = ["LayerNorm", "Linear", "RMSNorm"]
@@ -21,10 +23,7 @@ _DEVICE_TYPE = backend.torch_device().type
 
 # Activations the GEMM epilogue fuses, with torch's own form for calls that fall back.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
+    name: TORCH_ACTIVATIONS[name] for name in GEMM_ACTIVATIONS if name != "none"
 }
 
 

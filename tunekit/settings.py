@@ -6,6 +6,7 @@
 | TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
 | TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
 | TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
+| TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
 | TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
 | TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
 | TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
@@ -63,6 +64,13 @@ def tune_on_miss() -> bool:
 
 def tune_on_miss_trials() -> int:
     return _positive_int("TUNEKIT_TUNE_ON_MISS_TRIALS", 20)
+
+
+def untuned() -> str:
+    raw = os.environ.get("TUNEKIT_UNTUNED", "torch").strip().lower() or "torch"
+    if raw not in ("torch", "triton"):
+        raise TunekitError(f"TUNEKIT_UNTUNED must be 'torch' or 'triton', but got {raw!r}")
+    return raw
 
 
 def debug() -> bool:

@@ -21,16 +21,16 @@ from typing import Any, Optional
 
 import torch
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError, TunekitError
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
-from tunekit.ops import pointwise  # noqa: F401  (registers tunekit::bias_act*, the activation's backward)
+from tunekit.ops import pointwise  # also registers tunekit::bias_act*, the activation's backward
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.gemm import is_aligned16
 
 __all__ = ["linear", "matmul"]
 
-_GEMM = dispatcher("gemm")
+_GEMM = dispatcher("gemm", torch_fallback=True)
 
 
 def _check_activation(activation: str | None) -> str:
@@ -120,8 +120,33 @@ def _gemm_2d(
         residual is not None,
         aligned,
     )
-    _GEMM.spec.launch(_GEMM.config(key), (a, b, bias, residual, activation, alpha, beta), (out,))
+    config = _GEMM.config(key)
+    if config is TORCH:
+        return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
+    _GEMM.spec.launch(config, (a, b, bias, residual, activation, alpha, beta), (out,))
     return out
+
+
+def _torch_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+    alpha: float,
+    beta: float,
+) -> torch.Tensor:
+    """cuBLAS through torch, with torch applying the epilogue cuBLASLt does not fuse (dispatch served TORCH)."""
+    if bias is None:
+        z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
+    else:  # alpha scales the product only: act(alpha * a @ b + bias)
+        z = torch.addmm(bias, a, b, alpha=alpha)
+    y = pointwise.TORCH_ACTIVATIONS[activation](z)
+    if residual is not None:
+        y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
+    return y
+
+
 
 
 def _linear_impl(

@@ -18,16 +18,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, Dispatcher, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.spec import DTYPE_NAMES, ProblemKey, row_bucket
 
-_LAYERNORM = dispatcher("layernorm")
-_LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
-_RMSNORM = dispatcher("rmsnorm")
-_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward")
+_LAYERNORM = dispatcher("layernorm", torch_fallback=True)
+_LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)
+_RMSNORM = dispatcher("rmsnorm", torch_fallback=True)
+_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward", torch_fallback=True)
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -93,7 +94,10 @@ def _layer_norm(
     x2d = _rows(input, n)
     w, b = _vector(weight, n), _vector(bias, n)
     key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None, b is not None)
-    _LAYERNORM.spec.launch(_LAYERNORM.config(key), (x2d, w, b, eps), (y.view(-1, n),))
+    config = _LAYERNORM.config(key)
+    if config is TORCH:
+        return F.layer_norm(input, tuple(shape), weight, bias, eps)
+    _LAYERNORM.spec.launch(config, (x2d, w, b, eps), (y.view(-1, n),))
     return y
 
 
@@ -115,11 +119,38 @@ def _layer_norm_backward(
         return dx, dw.zero_(), db.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None, want_db)
+    config = _LAYERNORM_BACKWARD.config(
+        _layer_norm_backward_key(x2d.shape[0], n, x2d.dtype, weight is not None, want_db)
+    )
+    if config is TORCH:  # torch's own backward; its statistics recomputed (the forward did not save them)
+        shape_list, w = list(shape), weight.reshape(shape) if weight is not None else None
+        _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape_list, w, None, eps)
+        bias_like = input.new_empty(shape_list) if want_db else None
+        mask = [True, want_dw, want_db]
+        gx, gw, gb = torch.ops.aten.native_layer_norm_backward(grad, input, shape_list, mean, rstd, w, bias_like, mask)
+        return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
     outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
     inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
-    _LAYERNORM_BACKWARD.spec.launch(_LAYERNORM_BACKWARD.config(key), inputs, outputs)
+    _LAYERNORM_BACKWARD.spec.launch(config, inputs, outputs)
     return dx, dw, db
+
+
+def _layer_norm_backward_key(rows: int, n: int, dtype: torch.dtype, weight: bool, want_db: bool) -> ProblemKey:
+    return (row_bucket(rows), n, DTYPE_NAMES[dtype], weight, want_db)
+
+
+def _rms_norm_backward_key(rows: int, n: int, dtype: torch.dtype, weight: bool) -> ProblemKey:
+    return (row_bucket(rows), n, DTYPE_NAMES[dtype], weight)
+
+
+def _torch_trains_it(
+    input: torch.Tensor, leaves: tuple[torch.Tensor | None, ...], backward: Dispatcher, key: ProblemKey
+) -> bool:
+    """Eager training whose backward problem dispatch serves with torch: then torch's whole op runs (its autograd
+    saves the statistics, where tunekit's forward followed by torch's backward would recompute them)."""
+    if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
+        return False
+    return backward.config(key) is TORCH
 
 
 @torch.library.custom_op("tunekit::layer_norm", mutates_args=())
@@ -203,6 +234,10 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
+    n, want_db = math.prod(shape), bias is not None and bias.requires_grad
+    key = _layer_norm_backward_key(input.numel() // max(n, 1), n, input.dtype, weight is not None, want_db)
+    if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
+        return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     if use_custom_op(input, weight, bias):
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
@@ -219,7 +254,10 @@ def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | 
     x2d = _rows(input, n)
     w = _vector(weight, n)
     key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None)
-    _RMSNORM.spec.launch(_RMSNORM.config(key), (x2d, w, eps), (y.view(-1, n),))
+    config = _RMSNORM.config(key)
+    if config is TORCH:
+        return F.rms_norm(input, tuple(shape), weight, eps)
+    _RMSNORM.spec.launch(config, (x2d, w, eps), (y.view(-1, n),))
     return y
 
 
@@ -239,10 +277,19 @@ def _rms_norm_backward(
         return dx, dw.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None)
+    config = _RMSNORM_BACKWARD.config(_rms_norm_backward_key(x2d.shape[0], n, x2d.dtype, weight is not None))
+    if config is TORCH:  # torch ops in fp32 (torch has no public fused RMSNorm backward to call)
+        xf, dyf = x2d.float(), dy2d.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = xf * rstd
+        dxhat = dyf * weight.reshape(n).float() if weight is not None else dyf
+        dx.view(-1, n).copy_(rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True)))
+        if want_dw:
+            dw.view(n).copy_((dyf * xhat).sum(0))
+        return dx, dw
     outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
     inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
-    _RMSNORM_BACKWARD.spec.launch(_RMSNORM_BACKWARD.config(key), inputs, outputs)
+    _RMSNORM_BACKWARD.spec.launch(config, inputs, outputs)
     return dx, dw
 
 
@@ -311,6 +358,10 @@ def rms_norm(
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
+    n = math.prod(shape)
+    key = _rms_norm_backward_key(input.numel() // max(n, 1), n, input.dtype, weight is not None)
+    if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
+        return F.rms_norm(input, tuple(shape), weight, eps_value)
     if use_custom_op(input, weight):
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)

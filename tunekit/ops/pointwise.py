@@ -12,17 +12,19 @@ eager calls skip the custom-op dispatch and run the implementation directly.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 from tunekit.spec import row_bucket
 
-_POINTWISE = dispatcher("pointwise")
+_POINTWISE = dispatcher("pointwise", torch_fallback=True)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -74,9 +76,31 @@ def _pointwise(
     cols = n if b is not None else 0  # without a bias the kernel streams x flat: the last dim does not matter
     key = (row_bucket(x.numel()), cols, cols % 16 == 0, dtype, activation, b is not None, r is not None)
     config = _POINTWISE.config(key)
+    if config is TORCH:
+        return _torch_pointwise(input, bias, residual, activation, scale)
     y = torch.empty_like(x)
     _POINTWISE.spec.launch(config, (x, b, r, float(scale), activation), (y,))
     return y.view(input.shape)
+
+
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda v: v,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def _torch_pointwise(
+    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str, scale: float
+) -> torch.Tensor:
+    """The eager torch chain a user writes without tunekit (dispatch served TORCH)."""
+    z = input * scale if scale != 1.0 else input
+    y = TORCH_ACTIVATIONS[activation](z if bias is None else z + bias)
+    return (y if residual is None else y + residual).contiguous()
 
 
 def _fake(

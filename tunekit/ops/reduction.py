@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, dtype_name, use_custom_op
 from tunekit.spec import DTYPE_NAMES, row_bucket
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
-_REDUCTION = dispatcher("reduction")
-_SOFTMAX = dispatcher("softmax")
+_REDUCTION = dispatcher("reduction", torch_fallback=True)
+_SOFTMAX = dispatcher("softmax", torch_fallback=True)
 _INDEX_LIMIT = 2**31 - 1  # the kernels index with int32
 
 DimArg = int | Sequence[int] | None
@@ -176,7 +176,11 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
             x2 = x2.contiguous()
         key = (op, "inner", 1, row_bucket(outer), length, dtype_name(x2, op))
         outputs = (values.view(outer),) if indices is None else (values.view(outer), indices.view(outer))
-        _REDUCTION.spec.launch(_REDUCTION.config(key), (x2, op, "inner"), outputs)
+        config = _REDUCTION.config(key)
+        if config is TORCH:
+            _torch_reduction(op, x2, 1, outputs)
+        else:
+            _REDUCTION.spec.launch(config, (x2, op, "inner"), outputs)
         return
     # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M).
     if inner > 1 and x3.stride(2) != 1:
@@ -184,7 +188,19 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
     key = (op, "outer", row_bucket(outer), row_bucket(length), inner, dtype_name(x3, op))
     shape2 = (outer, inner)
     outputs = (values.view(shape2),) if indices is None else (values.view(shape2), indices.view(shape2))
-    _REDUCTION.spec.launch(_REDUCTION.config(key), (x3, op, "outer"), outputs)
+    config = _REDUCTION.config(key)
+    if config is TORCH:
+        _torch_reduction(op, x3, 1, outputs)
+    else:
+        _REDUCTION.spec.launch(config, (x3, op, "outer"), outputs)
+
+
+def _torch_reduction(op: str, x: torch.Tensor, dim: int, outputs: tuple[torch.Tensor, ...]) -> None:
+    """torch's own reduction, written into the outputs the kernel would have written (dispatch served TORCH)."""
+    if op == "max":
+        torch.max(x, dim, out=(outputs[0], outputs[1]))
+    else:
+        (torch.sum if op == "sum" else torch.mean)(x, dim, out=outputs[0])
 
 
 def _reduced_size(input: torch.Tensor, dims: list[int]) -> int:
@@ -331,7 +347,11 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
         if n > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
         key = (row_bucket(x2.shape[0]), n, dtype_name(x2, "softmax"), log)
-        _SOFTMAX.spec.launch(_SOFTMAX.config(key), (x2, log), (ym.view(-1, n),))
+        config = _SOFTMAX.config(key)
+        if config is TORCH:  # torch's own softmax, into the same output
+            (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=ym.view(-1, n))
+        else:
+            _SOFTMAX.spec.launch(config, (x2, log), (ym.view(-1, n),))
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
