@@ -43,7 +43,7 @@ class Result:
     run: str
     ms: float
     tokens_per_s: float
-    peak_gib: float
+    peak_gib: float  # peak allocated during the run, above what was allocated before it (weights included)
     logits_rel_err: float | None = None
     argmax_agree: float | None = None
     grad_rel_err: float | None = None
@@ -138,7 +138,7 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
                     run(ids, labels=ids, use_cache=False).loss.backward()
                     opt.step()
 
-                torch.cuda.reset_peak_memory_stats()
+                before = _reset_peak(model)
                 ms = _time(step, 3, reps)
             else:
                 model.eval()
@@ -148,9 +148,9 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
                         return run(ids, use_cache=False).logits
 
                 logits = forward()
-                torch.cuda.reset_peak_memory_stats()
+                before = _reset_peak(model)
                 ms = _time(forward, 3, reps)
-            peak = torch.cuda.max_memory_allocated() / 2**30
+            peak = (torch.cuda.max_memory_allocated() - before) / 2**30
             tokens = ids.numel()
             result = Result(w.model, name, run_name, ms, tokens / ms * 1e3, peak)
             if run_name == "train":
@@ -168,6 +168,15 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
         del model, run
         torch.cuda.empty_cache()
     return results
+
+
+def _reset_peak(model: torch.nn.Module) -> int:
+    """Start a peak measurement; returns the baseline: memory allocated now that is not this model's weights
+    (other variants' copies and kept references), so each peak counts the model's weights plus its run."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return torch.cuda.memory_allocated() - weights
 
 
 def _grads(model: torch.nn.Module, run: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -141,19 +141,51 @@ def host_cost(calls: int = 3000) -> None:
     record["host_us_per_call"] = rows
 
 
+def op_ratios() -> None:
+    """A Llama-7B-shaped layer's ops, eager, out of the box (whatever dispatch serves), against torch's op."""
+    rows = []
+    d, hidden, vocab = 4096, 11008, 32000
+    for m in (4096, 8):
+        x = torch.randn(m, d, device="cuda", dtype=torch.bfloat16)
+        h = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
+        cases = {
+            f"rms_norm {m}x{d}": (lambda: ops.rms_norm(x, (d,), w, 1e-6), lambda: F.rms_norm(x, (d,), w, 1e-6)),
+            f"softmax {m}x{d}": (lambda: ops.softmax(x, -1), lambda: torch.softmax(x, -1)),
+        }
+        for n, k, act in ((d, d, None), (hidden, d, "silu"), (d, hidden, None), (vocab, d, None)):
+            wt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+            a = x if k == d else h
+            tf = {None: lambda t: t, "silu": F.silu}[act]
+            cases[f"linear {m}x{n}x{k} {act or ''}"] = (
+                lambda a=a, wt=wt, act=act: ops.linear(a, wt, None, act),
+                lambda a=a, wt=wt, tf=tf: tf(F.linear(a, wt)),
+            )
+        for name, (tk, ref) in cases.items():
+            t_tk, t_ref = do_bench(tk, return_mode="median"), do_bench(ref, return_mode="median")
+            rows.append({"op": name, "tunekit_ms": t_tk, "torch_ms": t_ref, "ratio": t_ref / t_tk})
+            print(f"op {name:32s} tunekit {t_tk * 1e3:8.1f} us  torch {t_ref * 1e3:8.1f} us  {t_ref / t_tk:5.2f}x")
+    from tunekit.dispatch import _DISPATCHERS
+
+    served = {k: dict(d.counters) for k, d in _DISPATCHERS.items() if d.counters}
+    print("served by", served)
+    record["op_ratios"] = {"rows": rows, "served": served}
+
+
 def models() -> None:
     from tunekit.model_bench import Workload, measure, table
 
     results = []
+    compiled = ("compile", "tunekit+compile") if "--compile" in sys.argv else ()
     for model in ("llama", "gpt2"):
-        variants = ("eager", "tunekit", "liger") if model == "llama" else ("eager", "tunekit")
+        variants = ("eager", "tunekit", *compiled) + (("liger",) if model == "llama" else ())
         results += measure(Workload(model), variants=variants, reps=10)
     record["models"] = [r.__dict__ for r in results]
     print(table(results))
 
 
 if __name__ == "__main__":
-    steps = [identities, gemm_autograd, norms, host_cost]
+    steps = [identities, gemm_autograd, norms, host_cost, op_ratios]
     if "--skip-models" not in sys.argv:
         steps.append(models)
     for step in steps:

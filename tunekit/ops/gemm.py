@@ -8,10 +8,11 @@
 Row- and column-major operands (e.g. transposed views, linear's weight) go to the kernel as they are; other
 strides are copied to row-major first.
 
-Gradients: when they flow, the GEMM (bias fused) runs as its own op and the activation and residual as the
-pointwise op, each with a backward: the pre-activation is saved for the activation's derivative, as eager torch
-saves it. dA = alpha * dY @ B^T and dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts,
-keyed, tuned and cached like any problem); d bias is a column sum; d residual is beta * dY.
+Gradients: when they flow, the GEMM (bias fused) runs as its own op with a backward, and the activation and
+residual as torch's ops (autograd saves the pre-activation, as eager torch does). dA = alpha * dY @ B^T and
+dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts, keyed, tuned and cached like any
+problem); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the forward GEMM or
+either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd run the whole call.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, ten
 from tunekit.ops import pointwise  # also registers tunekit::bias_act*, the activation's backward
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.gemm import is_aligned16
+from tunekit.spec import ProblemKey
 
 __all__ = ["linear", "matmul"]
 
@@ -105,26 +107,49 @@ def _gemm_2d(
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    dtype = dtype_name(a, "a")
-    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
-    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
-    key = (
-        m,
-        n,
-        k,
-        dtype,
-        a_layout,
-        b_layout,
-        activation,
-        bias is not None,
-        residual is not None,
-        aligned,
-    )
-    config = _GEMM.config(key)
+    config = _GEMM.config(_gemm_key(a, b, a_layout, b_layout, bias, residual, activation, out))
     if config is TORCH:
         return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
     _GEMM.spec.launch(config, (a, b, bias, residual, activation, alpha, beta), (out,))
     return out
+
+
+def _gemm_key(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_layout: str,
+    b_layout: str,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+    out: torch.Tensor | None,
+) -> ProblemKey:
+    m, k = a.shape
+    n = b.shape[1]
+    dtype = dtype_name(a, "a")
+    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
+    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
+    return (m, n, k, dtype, a_layout, b_layout, activation, bias is not None, residual is not None, aligned)
+
+
+def _torch_trains_it(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str
+) -> bool:
+    """Eager training where dispatch serves torch for the forward GEMM or either backward GEMM (dA = dY B^T,
+    dB = A^T dY): then torch's own ops with torch's autograd run the whole call, as they would without tunekit."""
+    if torch.compiler.is_compiling() or a.numel() == 0 or b.numel() == 0:
+        return False
+    a_layout, b_layout = layout_of(a), layout_of(b)
+    if "strided" in (a_layout, b_layout):
+        return True
+    dy = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)  # stands for the incoming grad
+    flip = {"row": "col", "col": "row"}
+    keys = (
+        _gemm_key(a, b, a_layout, b_layout, bias, residual, activation, None),
+        _gemm_key(dy, b.T, "row", flip[b_layout], None, None, "none", None),
+        _gemm_key(a.T, dy, flip[a_layout], "row", None, None, "none", None),
+    )
+    return any(_GEMM.config(key) is TORCH for key in keys)
 
 
 def _torch_gemm(
@@ -145,8 +170,6 @@ def _torch_gemm(
     if residual is not None:
         y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
     return y
-
-
 
 
 def _linear_impl(
@@ -226,9 +249,8 @@ def _gemm_op(
     if activation == "none" or not grads_flow(a, b, bias, residual):
         return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
     z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
-    if residual is None:
-        return torch.ops.tunekit.bias_act(z, None, activation, 1.0)
-    return torch.ops.tunekit.bias_act_residual(z, None, residual if beta == 1.0 else residual * beta, activation, 1.0)
+    y = pointwise.TORCH_ACTIVATIONS[activation](z)  # torch's ops: their fused backward, or inductor's fusion
+    return y if residual is None else y.add(residual, alpha=beta)
 
 
 def matmul(
@@ -257,6 +279,8 @@ def matmul(
     act = _check_activation(activation)
     alpha_f, beta_f = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
+    if grads_flow(a, b, bias, residual) and _torch_trains_it(a, b, bias, residual, act):
+        return _torch_gemm(a, b, bias, residual, act, alpha_f, beta_f)
     if use_custom_op(a, b, bias, residual):
         return _gemm_op(a, b, bias, residual, act, alpha_f, beta_f)
     return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
@@ -288,6 +312,8 @@ def linear(
     _check_epilogue_tensors(bias, residual, out_shape, dtype, input)
     if use_custom_op(input, weight, bias, residual):
         m, k = math.prod(input.shape[:-1]), input.shape[-1]
-        r2d = residual.reshape(m, weight.shape[0]) if residual is not None else None
-        return _gemm_op(input.reshape(m, k), weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
+        x2d, r2d = input.reshape(m, k), residual.reshape(m, weight.shape[0]) if residual is not None else None
+        if grads_flow(input, weight, bias, residual) and _torch_trains_it(x2d, weight.T, bias, r2d, act):
+            return _torch_gemm(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
+        return _gemm_op(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
     return _linear_impl(input, weight, bias, residual, act)

@@ -18,13 +18,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tunekit import backend
 from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 from tunekit.spec import row_bucket
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)
+_POINTWISE_ON_GPU = backend.torch_device().type == "cuda"
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -222,9 +224,19 @@ _bias_act_residual_op.register_autograd(_bias_act_residual_grad, setup_context=_
 _gelu_op.register_autograd(_gelu_grad, setup_context=_gelu_setup)
 
 
+def _torch_trains_it(*tensors: torch.Tensor | None) -> bool:
+    """Eager training: torch's own chain and autograd run the call (on a GPU; the interpreter keeps the kernels).
+    The registered backward recomputes in fp32 over several passes, where torch's fused backward kernels take one:
+    in eager mode it is never the faster choice. Under torch.compile the custom op and its backward are traced."""
+    return grads_flow(*tensors) and not torch.compiler.is_compiling() and _POINTWISE_ON_GPU
+
+
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
+    if _torch_trains_it(input):
+        _validate(input, None, None, activation, 1.0)
+        return _torch_pointwise(input, None, None, activation, 1.0)
     if use_custom_op(input):
         _validate(input, None, None, activation, 1.0)  # one-line errors before torch checks the op's schema
         return torch.ops.tunekit.gelu(input, approximate)
@@ -233,6 +245,9 @@ def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
+    if _torch_trains_it(input, bias):
+        _validate(input, bias, None, activation, scale)
+        return _torch_pointwise(input, bias, None, activation, scale)
     if use_custom_op(input, bias):
         _validate(input, bias, None, activation, scale)
         return torch.ops.tunekit.bias_act(input, bias, activation, scale)
@@ -250,6 +265,9 @@ def bias_act_residual(
     """act(input * scale + bias) + residual: residual of input's shape and dtype, added after the activation."""
     if residual is None:
         raise InvalidInputError("residual must be a tensor of input's shape, but got None (use bias_act)")
+    if _torch_trains_it(input, bias, residual):
+        _validate(input, bias, residual, activation, scale)
+        return _torch_pointwise(input, bias, residual, activation, scale)
     if use_custom_op(input, bias, residual):
         _validate(input, bias, residual, activation, scale)
         return torch.ops.tunekit.bias_act_residual(input, bias, residual, activation, scale)
