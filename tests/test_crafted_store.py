@@ -23,8 +23,10 @@ import os
 import pickle
 import shutil
 import sqlite3
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import diskcache
@@ -46,7 +48,7 @@ from tunekit.dispatch import dispatcher, reset_all
 from tunekit.entry import Entry, TrialRecord
 from tunekit.store import DB_NAME, LEGACY_NAME, Store
 
-BOUND_S = 60  # no example may take longer (a hang past it kills the run with every thread's stack)
+BOUND_S = 30  # no example may take longer (a typical one takes under a second)
 MAX_PAYLOAD = 2**18  # the store's payload cap, lowered so that a "huge" payload stays cheap to build
 LN_KEY = (4, 64, "float32", True, True)
 TOY_KEY = (8, 32, "float32")
@@ -339,11 +341,13 @@ def crafted_stores(draw: st.DrawFn) -> dict:
     }
 
 
-def build(root: Path, recipe: dict, marker: Path) -> tuple[Path, Path]:
-    """The crafted cache directory and the sentinel directory outside it."""
+def build(root: Path, recipe: dict, marker: Path) -> tuple[Path, Path, dict[str, tuple]]:
+    """The crafted cache directory, the sentinel directory outside it and the sentinel's snapshot (taken before
+    anything is crafted: building uses the store too)."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     outside = _sentinel(root)
+    before = _snapshot(outside)
     cache = root / "cache"
     cache.mkdir()
     _legacy(cache, outside, marker, recipe["legacy_file"], recipe["legacy_rows"], recipe["legacy_settings"])
@@ -354,7 +358,7 @@ def build(root: Path, recipe: dict, marker: Path) -> tuple[Path, Path]:
         _store_rows(cache, recipe["store_rows"], marker)
     _store_file(cache, outside, recipe["store_file"])
     _sidecar(cache, outside, recipe["sidecar"])
-    return cache, outside
+    return cache, outside, before
 
 
 # ------------------------------------------------------------------------------------------ running against it
@@ -386,14 +390,53 @@ def _toy_served() -> tuple[dict, str]:
     return dict(d.config(TOY_KEY)), d.served_by[TOY_KEY]
 
 
+@contextlib.contextmanager
+def bounded(root: Path, seconds: float) -> Iterator[None]:
+    """Fail if the body opens a FIFO under `root` for reading, or takes longer than `seconds`.
+
+    A watcher opens every FIFO under root for writing, without blocking, ten times a second: that succeeds only
+    while someone holds the FIFO open for reading (nothing in a healthy run ever does), and it releases a reader
+    blocked in open(), so the test fails with a message instead of hanging. Anything else still stuck after
+    3x `seconds` is ended by faulthandler, which dumps every thread's stack and exits the run."""
+    done, opened = threading.Event(), []
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            for fifo in [p for p in root.rglob("*") if p.is_fifo()]:
+                with contextlib.suppress(OSError):
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                    opened.append(str(fifo))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    faulthandler.dump_traceback_later(3 * seconds, exit=True)
+    t0 = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:
+        if opened:
+            raise AssertionError(f"a FIFO was opened for reading: {sorted(set(opened))}") from exc
+        raise
+    finally:
+        done.set()
+        faulthandler.cancel_dump_traceback_later()
+        watcher.join()
+    assert not opened, f"a FIFO was opened for reading: {sorted(set(opened))}"
+    assert time.monotonic() - t0 < seconds
+
+
 def check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: dict) -> None:
     """Build the store of `recipe`, run show, export, the op and tune against it, and check after each."""
+    with bounded(tmp_path, BOUND_S):
+        _check(tmp_path, monkeypatch, recipe)
+
+
+def _check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: dict) -> None:
     marker = tmp_path / "marker" / "unpickled"
     marker.parent.mkdir(exist_ok=True)
-    cache, outside = build(tmp_path / "crafted", recipe, marker)
+    cache, outside, before = build(tmp_path / "crafted", recipe, marker)
     monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(cache))
     store_mod._warned.clear()
-    before = _snapshot(outside)
     refused = recipe["store_file"] in REFUSED_FILES or recipe["sidecar"] in REFUSED_SIDECARS
     valid = recipe["store_file"] == "ours" and not refused
     TRIED["stores"] += 1
@@ -411,40 +454,34 @@ def check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: dict) -> None
         assert not marker.exists(), "something unpickled a crafted payload"
         assert _snapshot(outside) == before, "a file outside the store was touched"
 
-    t0 = time.monotonic()
-    faulthandler.dump_traceback_later(BOUND_S, exit=True)  # a hang fails the run instead of stalling it
-    try:
-        code, output = _cli("show")
-        assert code == (1 if refused else 0), output
-        assert refused or f"{len(expected)} entries" in output, output
-        assert not refused or "cannot open the cache store" in output
-        unharmed()
+    code, output = _cli("show")
+    assert code == (1 if refused else 0), output
+    assert refused or f"{len(expected)} entries" in output, output
+    assert not refused or "cannot open the cache store" in output
+    unharmed()
 
-        code, output = _cli("export", "--out", str(out))
-        assert code == (1 if refused else 0), output
-        if not refused:
-            exported = {CacheKey.from_json(e["key"]).digest for e in json.loads(out.read_text())["entries"]}
-            assert exported == expected
-        unharmed()
+    code, output = _cli("export", "--out", str(out))
+    assert code == (1 if refused else 0), output
+    if not refused:
+        exported = {CacheKey.from_json(e["key"]).digest for e in json.loads(out.read_text())["entries"]}
+        assert exported == expected
+    unharmed()
 
-        layer = _layer_norm_served_by()
-        assert layer == "cache" if valid else layer != "cache"
-        unharmed()
+    layer = _layer_norm_served_by()
+    assert layer == "cache" if valid else layer != "cache"
+    unharmed()
 
-        code, output = _cli("tune", "--kernel", "toy", "--shape", "8x32", "--dtype", "float32", "--trials", "2")
-        assert code == (1 if refused else 0), output
-        unharmed()
+    code, output = _cli("tune", "--kernel", "toy", "--shape", "8x32", "--dtype", "float32", "--trials", "2")
+    assert code == (1 if refused else 0), output
+    unharmed()
 
-        config, layer = _toy_served()  # after a write into the store, the valid entries are still served
-        if valid:
-            assert (config, layer) == (_toy_entry().config, "cache")
-            assert _layer_norm_served_by() == "cache"
-        elif refused:
-            assert layer != "cache"
-        unharmed()
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-    assert time.monotonic() - t0 < BOUND_S
+    config, layer = _toy_served()  # after a write into the store, the valid entries are still served
+    if valid:
+        assert (config, layer) == (_toy_entry().config, "cache")
+        assert _layer_norm_served_by() == "cache"
+    elif refused:
+        assert layer != "cache"
+    unharmed()
 
 
 EVERYTHING = {
@@ -460,11 +497,14 @@ SWEEP = (
     [{**EVERYTHING, "store_file": f} for f in dict.fromkeys(STORE_FILES)]
     + [{**EVERYTHING, "sidecar": s} for s in dict.fromkeys(SIDECARS) if s != "none"]
     + [{**EVERYTHING, "legacy_file": f, "stored_at_text": True} for f in dict.fromkeys(LEGACY_FILES) if f != "db"]
+    + [{**EVERYTHING, "legacy_settings": []}]  # crafted Settings make diskcache itself refuse to open: none here
 )
 
 
 @pytest.mark.parametrize(
-    "recipe", SWEEP, ids=[f"{r['store_file']}-{r['sidecar']}-legacy_{r['legacy_file']}" for r in SWEEP]
+    "recipe",
+    SWEEP,
+    ids=[f"{r['store_file']}-{r['sidecar']}-legacy_{r['legacy_file']}{len(r['legacy_settings'])}" for r in SWEEP],
 )
 def test_every_kind_of_crafted_file_once(tmp_path, monkeypatch, recipe):
     """Each kind of database file, journal file and old cache.db once, with every kind of crafted row."""
