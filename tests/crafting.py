@@ -23,10 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def plant(digest: object, payload: object, directory: Path | None = None, stored_at: object = 0.0) -> None:
     """Write one raw row into the store's table, as a crafted or damaged store would hold it."""
-    store = Store(directory)
-    with store.transaction():
-        assert store._conn is not None
-        store._conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", (digest, stored_at, payload))
+    with Store(directory)._writer() as conn:
+        conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", (digest, stored_at, payload))
 
 
 def raw_rows(directory: Path | None = None) -> dict[object, object]:

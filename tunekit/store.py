@@ -57,8 +57,7 @@ _JOURNALS = ("-journal", "-wal", "-shm")
 _HEADER = b"SQLite format 3\x00"
 _JOURNAL_MAGIC = bytes((0xD9, 0xD5, 0x05, 0xF9, 0x20, 0xA1, 0x63, 0xD7))  # begins a journal header, ends a super record
 # SQLite result codes (primary, and the one extended code we act on)
-_BUSY, _READONLY, _CORRUPT, _FULL, _NOTADB = 5, 8, 11, 13, 26
-_READONLY_ROLLBACK = 776  # a hot journal (an interrupted write) that a read-only connection cannot roll back
+_BUSY, _READONLY, _CORRUPT, _FULL, _NOTADB = 5, 8, 11, 13, 26  # SQLite's primary result codes
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
 
@@ -73,6 +72,18 @@ class _Refused(Exception):
     """The store's file, or a file SQLite would open beside it, is not what tunekit writes: never opened."""
 
 
+class _Skip:
+    """A row's payload that is never loaded: not text, or too large."""
+
+    def __init__(self, kind: str) -> None:
+        self.reason = "not-text" if kind != "text" else "too-large"
+        self.why = (
+            f"its payload is {kind}, not JSON text"
+            if kind != "text"
+            else f"its payload is over {MAX_PAYLOAD_CHARS} characters, larger than any tunekit writes"
+        )
+
+
 class Store:
     """Entries by key. Safe for many processes: every write is a read-merge-write in one transaction."""
 
@@ -85,7 +96,7 @@ class Store:
             with self._reader():  # a store that cannot be read is said now, in one line
                 pass
         except (_Refused, OSError, sqlite3.Error) as exc:
-            raise CacheError(f"cannot open the cache store at {self.directory}: {_explain(exc)}") from None
+            raise CacheError(f"cannot open the cache store at {self.directory}: {_explain(exc, False)}") from None
         if os.path.lexists(self.directory / LEGACY_NAME) and not os.path.lexists(self.path):
             _warn_once(
                 str(self.directory),
@@ -108,8 +119,14 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """Writes inside are one SQLite transaction: all of them land, or (on an exception) none. Reads inside see
         them. Nested calls join the outer transaction."""
-        if self._conn is not None:
+        with self._writer():
             yield
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[sqlite3.Connection]:
+        """The connection of this store's write transaction (BEGIN IMMEDIATE), begun here unless one is open."""
+        if self._conn is not None:
+            yield self._conn
             return
         conn: sqlite3.Connection | None = None
         try:
@@ -121,10 +138,10 @@ class Store:
             if not _has_table(conn):
                 conn.execute(_TABLE_SQL)
             self._conn = conn
-            yield
+            yield conn
             conn.execute("COMMIT")
         except (_Refused, OSError, sqlite3.Error) as exc:
-            raise CacheError(f"cannot write the cache store at {self.directory}: {_explain(exc)}") from None
+            raise CacheError(f"cannot write the cache store at {self.directory}: {_explain(exc, True)}") from None
         finally:
             self._conn = None
             if conn is not None:
@@ -138,9 +155,7 @@ class Store:
     def put(self, entry: Entry) -> Entry:
         """Store an entry, merged with what is there (the faster best is kept). Returns the stored entry."""
         digest = entry.key.digest
-        with self.transaction():
-            conn = self._conn
-            assert conn is not None  # set by transaction()
+        with self._writer() as conn:
             old = self.get(entry.key)
             merged = merge_entries(old, entry) if old is not None else entry
             payload = json.dumps(merged.to_json(), sort_keys=True)
@@ -197,10 +212,10 @@ class Store:
             try:
                 has_table = _has_table(conn)
             except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorcode", None) != _READONLY_ROLLBACK:
+                if _primary_code(exc) != _READONLY:
                     raise
-                # A writer was killed mid-write: its journal must be rolled back, which a read-only connection
-                # cannot do. Any read through a writable connection does it (on a read-only mount this fails).
+                # A writer was killed mid-write (SQLITE_READONLY_ROLLBACK): its journal must be rolled back, which a
+                # read-only connection cannot do. Any read through a writable one does it (not on a read-only mount).
                 with contextlib.closing(_connect(self.path, read_only=False)) as rw:
                     rw.execute("SELECT count(*) FROM sqlite_master").fetchone()
                 has_table = _has_table(conn)
@@ -256,7 +271,7 @@ class Store:
         _warn_once(
             str(self.directory),
             "unreadable",
-            f"tunekit: the cache store at {self.directory} is unreadable: {_explain(exc)}. Its entries are "
+            f"tunekit: the cache store at {self.directory} is unreadable: {_explain(exc, False)}. Its entries are "
             "ignored (dispatch falls back to shipped databases and defaults).",
         )
 
@@ -278,18 +293,6 @@ class Store:
                 "re-tuning or importing the problem replaces it.",
             )
         return entry
-
-
-class _Skip:
-    """A row's payload that is never loaded: not text, or too large."""
-
-    def __init__(self, kind: str) -> None:
-        self.reason = "not-text" if kind != "text" else "too-large"
-        self.why = (
-            f"its payload is {kind}, not JSON text"
-            if kind != "text"
-            else f"its payload is over {MAX_PAYLOAD_CHARS} characters, larger than any tunekit writes"
-        )
 
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
@@ -383,17 +386,23 @@ def _used_bytes(conn: sqlite3.Connection) -> int:
     return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
 
 
-def _explain(exc: BaseException) -> str:
-    """The cause, in one line, with what to do. Only a damaged store is ever called damaged."""
+def _explain(exc: BaseException, writing: bool) -> str:
+    """The cause, in one line, with what to do. Only a damaged store is ever called damaged, and no message asks
+    for a store to be deleted."""
     primary = _primary_code(exc)
+    errno_ = exc.errno if isinstance(exc, OSError) else None
     if isinstance(exc, _Refused):
-        return f"{exc}; tunekit never writes such a file: move it away or set TUNEKIT_CACHE_DIR to another directory"
-    if primary == _FULL or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        return f"{exc}; it is not what tunekit writes: move it away or set TUNEKIT_CACHE_DIR to another directory"
+    if primary == _FULL or errno_ in (errno.ENOSPC, errno.EDQUOT):
+        if not writing:
+            return f"the disk is full (ENOSPC: {exc}); set TUNEKIT_CACHE_DIR to a directory on another disk"
         return (
             f"the disk is full (ENOSPC: {exc}); nothing stored was lost and its entries are still served. Free "
             "space on that disk or set TUNEKIT_CACHE_DIR to a directory on another one"
         )
-    if primary == _READONLY or (isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)):
+    if primary == _READONLY or errno_ in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if not writing:
+            return f"permission denied ({exc}); set TUNEKIT_CACHE_DIR to a directory you can read and write"
         return (
             f"it is read-only ({exc}); its entries are still served. Set TUNEKIT_CACHE_DIR to a writable "
             "directory to store new ones"
