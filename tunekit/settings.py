@@ -3,6 +3,8 @@
 | variable                | meaning                                                        | default                 |
 | ----------------------- | -------------------------------------------------------------- | ----------------------- |
 | TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
+| TUNEKIT_CACHE_MAX_MB    | cap on the store's size, MB (10**6 bytes): the least recently  | unset (unbounded)       |
+|                         | stored entries are evicted past it, with a warning             |                         |
 | TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
 | TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
 | TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
@@ -52,6 +54,12 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "tunekit"
+
+
+def cache_max_bytes() -> int | None:
+    """The store's size cap in bytes (TUNEKIT_CACHE_MAX_MB), or None: unbounded, nothing is ever evicted."""
+    raw = os.environ.get("TUNEKIT_CACHE_MAX_MB", "").strip()
+    return _positive_int("TUNEKIT_CACHE_MAX_MB", 1) * 10**6 if raw else None
 
 
 def strict() -> bool:
