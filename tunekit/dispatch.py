@@ -176,9 +176,18 @@ class Dispatcher:
     def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
         from tunekit.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
 
-        checkpoint = store.put if store is not None else None
-        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=checkpoint)
-        entry = store.put(report.entry) if store is not None else report.entry
+        def keep(entry: Entry) -> Entry:
+            """Store what was tuned; a store that cannot be written (read-only, full) costs the cache, not the call."""
+            if store is None:
+                return entry
+            try:
+                return store.put(entry)
+            except CacheError as exc:
+                logger.warning("tunekit: tuned %s but could not store it: %s", spec.name, exc)
+                return entry
+
+        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=keep)
+        entry = keep(report.entry)
         return Resolution("tuned", entry.config, entry)
 
     def clear(self) -> None:
