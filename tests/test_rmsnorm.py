@@ -187,7 +187,7 @@ def test_gpu_problems_have_an_exhaustively_searchable_space(spec) -> None:
 @pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
 def test_spec_declarations(spec) -> None:
     assert spec.problem_fields == ("rows", "cols", "dtype", "weight")
-    assert set(spec.tolerances) == set(DTYPES) and len(spec.source_hash) == 16
+    assert set(spec.tolerances) == set(DTYPES) and spec.source_hash.count(".") == 2
     assert spec.torch_baseline is not None
     problem = spec.problem_from_shape((3000, 1024), "bfloat16")
     assert problem == {"rows": 4096, "cols": 1024, "dtype": "bfloat16", "weight": True}

@@ -18,9 +18,8 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
+from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops._checks import check_device, check_same_device, dtype_name
-from tunekit.search_spaces.gemm import is_aligned16
 
 __all__ = ["linear", "matmul"]
 
@@ -68,11 +67,8 @@ def _check_epilogue_tensors(
             )
 
 
-def _as_kernel_operand(t: torch.Tensor) -> tuple[torch.Tensor, str]:
-    layout = layout_of(t)
-    if layout == "strided":
-        return t.contiguous(), "row"
-    return t, layout
+def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous() if layout_of(t) == "strided" else t
 
 
 def _gemm_2d(
@@ -92,29 +88,15 @@ def _gemm_2d(
     if k == 0:  # a @ b is all zeros (torch's semantics): only the epilogue remains
         zeros = torch.zeros((m, n), device=a.device, dtype=torch.float32)
         return epilogue_reference(zeros, bias, residual, activation, alpha, beta).to(a.dtype)
-    a, a_layout = _as_kernel_operand(a)
-    b, b_layout = _as_kernel_operand(b)
+    a = _as_kernel_operand(a)
+    b = _as_kernel_operand(b)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    dtype = dtype_name(a, "a")
-    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
-    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
-    key = (
-        m,
-        n,
-        k,
-        dtype,
-        a_layout,
-        b_layout,
-        activation,
-        bias is not None,
-        residual is not None,
-        aligned,
-    )
-    _GEMM.spec.launch(_GEMM.config(key), (a, b, bias, residual, activation, alpha, beta), (out,))
+    spec, inputs = _GEMM.spec, (a, b, bias, residual, activation, alpha, beta)
+    spec.launch(_GEMM.config(spec.key_of(inputs)), inputs, (out,))
     return out
 
 

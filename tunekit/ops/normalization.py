@@ -22,7 +22,6 @@ import torch
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name
-from tunekit.spec import DTYPE_NAMES, row_bucket
 
 _LAYERNORM = dispatcher("layernorm")
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
@@ -98,8 +97,8 @@ def _layer_norm(
     n = math.prod(shape)
     x2d = _rows(input, n)
     w, b = _vector(weight, n), _vector(bias, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None, b is not None)
-    _LAYERNORM.spec.launch(_LAYERNORM.config(key), (x2d, w, b, eps), (y.view(-1, n),))
+    spec, inputs = _LAYERNORM.spec, (x2d, w, b, eps)
+    spec.launch(_LAYERNORM.config(spec.key_of(inputs)), inputs, (y.view(-1, n),))
     return y
 
 
@@ -121,10 +120,9 @@ def _layer_norm_backward(
         return dx, dw.zero_(), db.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None, want_db)
     outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
-    _LAYERNORM_BACKWARD.spec.launch(_LAYERNORM_BACKWARD.config(key), inputs, outputs)
+    spec, inputs = _LAYERNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
+    spec.launch(_LAYERNORM_BACKWARD.config(spec.key_of(inputs)), inputs, outputs)
     return dx, dw, db
 
 
@@ -224,8 +222,8 @@ def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | 
     n = math.prod(shape)
     x2d = _rows(input, n)
     w = _vector(weight, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None)
-    _RMSNORM.spec.launch(_RMSNORM.config(key), (x2d, w, eps), (y.view(-1, n),))
+    spec, inputs = _RMSNORM.spec, (x2d, w, eps)
+    spec.launch(_RMSNORM.config(spec.key_of(inputs)), inputs, (y.view(-1, n),))
     return y
 
 
@@ -245,10 +243,9 @@ def _rms_norm_backward(
         return dx, dw.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None)
     outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
-    _RMSNORM_BACKWARD.spec.launch(_RMSNORM_BACKWARD.config(key), inputs, outputs)
+    spec, inputs = _RMSNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, eps)
+    spec.launch(_RMSNORM_BACKWARD.config(spec.key_of(inputs)), inputs, outputs)
     return dx, dw
 
 

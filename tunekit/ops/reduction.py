@@ -30,8 +30,8 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, dtype_name
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.ops._checks import check_device
+from tunekit.spec import DTYPE_NAMES
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
@@ -174,17 +174,17 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
         x2 = x3[:, :, 0]
         if length > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (op, "inner", 1, row_bucket(outer), length, dtype_name(x2, op))
         outputs = (values.view(outer),) if indices is None else (values.view(outer), indices.view(outer))
-        _REDUCTION.spec.launch(_REDUCTION.config(key), (x2, op, "inner"), outputs)
+        spec, inputs = _REDUCTION.spec, (x2, op, "inner")
+        spec.launch(_REDUCTION.config(spec.key_of(inputs)), inputs, outputs)
         return
     # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M).
     if inner > 1 and x3.stride(2) != 1:
         x3 = x3.contiguous()
-    key = (op, "outer", row_bucket(outer), row_bucket(length), inner, dtype_name(x3, op))
     shape2 = (outer, inner)
     outputs = (values.view(shape2),) if indices is None else (values.view(shape2), indices.view(shape2))
-    _REDUCTION.spec.launch(_REDUCTION.config(key), (x3, op, "outer"), outputs)
+    spec, inputs = _REDUCTION.spec, (x3, op, "outer")
+    spec.launch(_REDUCTION.config(spec.key_of(inputs)), inputs, outputs)
 
 
 def _reduced_size(input: torch.Tensor, dims: list[int]) -> int:
@@ -334,8 +334,8 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
         x2 = xm.reshape(-1, n)  # a view when the leading dims merge, else a copy
         if n > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (row_bucket(x2.shape[0]), n, dtype_name(x2, "softmax"), log)
-        _SOFTMAX.spec.launch(_SOFTMAX.config(key), (x2, log), (ym.view(-1, n),))
+        spec, inputs = _SOFTMAX.spec, (x2, log)
+        spec.launch(_SOFTMAX.config(spec.key_of(inputs)), inputs, (ym.view(-1, n),))
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
