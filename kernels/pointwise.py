@@ -302,11 +302,6 @@ MAX_ROWS_BLOCK_N = 1024
 MIN_ROWS_COLS = 16  # narrower rows leave most lanes of a 16-wide column tile masked off: flat is cheaper
 
 
-def _warps(block: int) -> int:
-    """A warp per 512 elements (16 per thread), 1..8 warps."""
-    return warps_for(block, 16, 8)
-
-
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     numel = int(problem["numel"])
     block = min(TARGET_BLOCK, max(MIN_BLOCK, next_pow2(numel)))
@@ -326,10 +321,10 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
                 "variant": "rows",
                 "BLOCK": rows_block,
                 "BLOCK_N": block_n,
-                "num_warps": _warps(rows_block),
+                "num_warps": warps_for(rows_block, 16, 8),  # a warp per 512 elements
                 "num_stages": 1,
             }
-    return {"variant": "flat", "BLOCK": block, "BLOCK_N": block, "num_warps": _warps(block), "num_stages": 1}
+    return {"variant": "flat", "BLOCK": block, "BLOCK_N": block, "num_warps": warps_for(block, 16, 8), "num_stages": 1}
 
 
 # Rough fp32 operations per element of each activation (exp/erf counted as one): for the flops column only (the

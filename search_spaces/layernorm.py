@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from tunekit.kernels.common import threads
 from tunekit.search_spaces.rows import (
+    LOOPED_CHUNKS_NOT_TINY,
+    LOOPED_ONE_ROW_PER_PROGRAM,
     forward_space,
     holds_rows,
-    looped_few_chunks,
-    looped_needs_chunks,
-    looped_one_row,
+    looped_block_narrower_than_row,
     tile,
 )
 from tunekit.space import Config, Problem, Rule
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 MAX_PER_THREAD_SINGLE = 64
 MAX_PER_THREAD_LOOPED = 32  # a looped lane also carries its Welford mean and M2
-WIDE_CHUNK = 4096
 
 
 def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -41,19 +40,7 @@ def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bo
 
 SPACE = forward_space(
     ("single", "looped", "window"),
-    looped=(
-        Rule(
-            "looped_block_narrower_than_row",
-            looped_needs_chunks,
-            why="one chunk is the single variant reading x twice",
-        ),
-        Rule("looped_one_row_per_program", looped_one_row, why="the looped variant handles one row per program"),
-        Rule(
-            "looped_chunks_not_tiny",
-            looped_few_chunks(WIDE_CHUNK),
-            why="at most 16 chunks unless chunks are 4096+ wide: many narrow chunks are latency-bound",
-        ),
-    ),
+    looped=(looped_block_narrower_than_row("twice"), LOOPED_ONE_ROW_PER_PROGRAM, LOOPED_CHUNKS_NOT_TINY),
     spill=Rule(
         "registers_do_not_spill",
         _no_spill,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from tunekit.kernels.common import THREADS_PER_WARP, cdiv, prev_pow2, threads
 from tunekit.search_spaces.rows import (
     AT_LEAST_ONE_ELEMENT_PER_THREAD,
-    looped_few_chunks,
-    looped_needs_chunks,
+    LOOPED_CHUNKS_NOT_TINY,
+    looped_block_narrower_than_row,
     looped_one_row,
     single_covers_row,
     tile,
@@ -40,7 +40,6 @@ REGISTER_BASE = 24
 REGISTERS_PER_ELEMENT = 7
 MAX_PER_THREAD_SINGLE = 32
 MAX_PER_THREAD_LOOPED = 16  # a looped lane carries four Welford/co-moment accumulators besides x and dy*w
-WIDE_CHUNK = 4096
 MAX_ROWS_PER_PROGRAM = 1024
 # On a GPU: at least one program per SM (unless a program holds a single tile), at most this many per SM (the
 # workspace the second kernel reads grows with the program count).
@@ -101,17 +100,9 @@ SPACE = SearchSpace(
             single_covers_row,
             why="single keeps whole rows in one block: BLOCK_N must be max(16, next_pow2(cols)), no more",
         ),
-        Rule(
-            "looped_block_narrower_than_row",
-            looped_needs_chunks,
-            why="one chunk is the single variant reading x and dy twice",
-        ),
+        looped_block_narrower_than_row("and dy twice"),
         Rule("looped_one_row_per_tile", looped_one_row, why="the looped variant walks one row at a time"),
-        Rule(
-            "looped_chunks_not_tiny",
-            looped_few_chunks(WIDE_CHUNK),
-            why="at most 16 chunks unless chunks are 4096+ wide: many narrow chunks are latency-bound",
-        ),
+        LOOPED_CHUNKS_NOT_TINY,
         Rule(
             "whole_tiles_per_program",
             _whole_tiles_per_program,

@@ -56,7 +56,7 @@ def _window_for_unaligned_rows(config: Config, problem: Problem, device: DeviceF
     return config["variant"] != "window" or rows_unaligned(problem)
 
 
-def looped_needs_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+def _looped_needs_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return holds_rows(config) or int(config["BLOCK_N"]) < int(problem["cols"])
 
 
@@ -131,6 +131,25 @@ STAGES_FIT_SHARED_MEMORY = Rule(
     _stages_fit_smem,
     why="each extra stage buffers one BLOCK_N chunk in shared memory",
 )
+LOOPED_ONE_ROW_PER_PROGRAM = Rule(
+    "looped_one_row_per_program",
+    looped_one_row,
+    why="the looped variants (looped, online) handle one row per program",
+)
+LOOPED_CHUNKS_NOT_TINY = Rule(
+    "looped_chunks_not_tiny",
+    looped_few_chunks(4096),
+    why="at most 16 chunks unless chunks are 4096+ wide: many narrow chunks are latency-bound",
+)
+
+
+def looped_block_narrower_than_row(reads: str) -> Rule:
+    """A looped variant's chunk is narrower than the row: one chunk is `single` reading x `reads`."""
+    return Rule(
+        "looped_block_narrower_than_row",
+        _looped_needs_chunks,
+        why=f"one chunk is the single variant reading x {reads}",
+    )
 
 
 def forward_space(variants: tuple[str, ...], looped: tuple[Rule, ...], spill: Rule) -> SearchSpace:

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from tunekit.kernels.common import threads
 from tunekit.search_spaces.rows import (
+    LOOPED_ONE_ROW_PER_PROGRAM,
     MAX_BLOCK_ELEMENTS,
     forward_space,
+    looped_block_narrower_than_row,
     looped_few_chunks,
-    looped_needs_chunks,
-    looped_one_row,
     tile,
 )
 from tunekit.space import Config, Problem, Rule
@@ -41,12 +41,8 @@ def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bo
 SPACE = forward_space(
     ("single", "online", "looped", "window"),
     looped=(
-        Rule(
-            "looped_block_narrower_than_row",
-            looped_needs_chunks,
-            why="one chunk is the single variant reading x several times",
-        ),
-        Rule("looped_one_row_per_program", looped_one_row, why="online and looped handle one row per program"),
+        looped_block_narrower_than_row("several times"),
+        LOOPED_ONE_ROW_PER_PROGRAM,
         Rule(
             "looped_at_most_16_chunks",
             looped_few_chunks(MAX_BLOCK_ELEMENTS),
