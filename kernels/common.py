@@ -68,7 +68,7 @@ def check_shape(
 ) -> None:
     """Refuse a user-given shape (the CLI's --shape) of another rank (None: any but 0), a size below 1, or an
     unknown dtype. `usage` completes "{kernel} takes ...", e.g. "a 2-D shape MxN (e.g. 4096x1024)"."""
-    if len(shape) not in (ranks or range(1, len(shape) + 1)):
+    if not (len(shape) >= 1 if ranks is None else len(shape) in ranks):
         raise InvalidShapeError(f"{kernel} takes {usage}, but got {len(shape)}-D {shape}")
     if min(shape) < 1:
         raise InvalidShapeError(f"{kernel} shape sizes must be >= 1, but got {'x'.join(map(str, shape))}")
