@@ -262,7 +262,8 @@ def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
 
 def key_of(inputs: Inputs) -> ProblemKey:
     x, weight, bias, _ = inputs
-    return (row_bucket(x.shape[0]), x.shape[1], DTYPE_NAMES[x.dtype], weight is not None, bias is not None)
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None, bias is not None)
 
 
 _INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 4097))

@@ -388,7 +388,8 @@ def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
 
 def key_of(inputs: Inputs) -> ProblemKey:
     x, _, weight, _, want_db, _ = inputs
-    return (row_bucket(x.shape[0]), x.shape[1], DTYPE_NAMES[x.dtype], weight is not None, want_db)
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None, want_db)
 
 
 INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 2049))

@@ -210,7 +210,8 @@ def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
 
 def key_of(inputs: Inputs) -> ProblemKey:
     x, log = inputs
-    return (row_bucket(x.shape[0]), x.shape[1], DTYPE_NAMES[x.dtype], log)
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], log)
 
 
 _INTERPRETER_PROBLEMS = (((32, 1000), "float32", False), ((8, 3000), "float32", True), ((64, 33), "float16", False))
