@@ -215,8 +215,8 @@ print(json.dumps({"identity": {k: get_spec(k).source_hash for k in kernel_names(
 def test_reformatting_and_moving_code_keeps_every_shipped_entry_servable(tmp_path):
     for name in ("kernels", "search_spaces"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in sorted((tmp_path / "kernels").glob("*.py")):
-        _move_jit_functions(path, "tunekit.kernels")
+    for path in sorted((tmp_path / "kernels").rglob("*.py")):  # kernel modules and packages (kernels/gemm/)
+        _move_jit_functions(path, ".".join(("tunekit", *path.parent.relative_to(tmp_path).parts)))
     ruff = [sys.executable, "-m", "ruff"]
     isolated = ["--isolated", "--line-length", "72"]
     subprocess.run([*ruff, "format", *isolated, str(tmp_path)], check=True, capture_output=True)
@@ -224,6 +224,7 @@ def test_reformatting_and_moving_code_keeps_every_shipped_entry_servable(tmp_pat
     subprocess.run([*ruff, "check", *isolated, *reorder, str(tmp_path)], check=True, capture_output=True)
     moved = (tmp_path / "kernels" / "layernorm_jit.py").read_text()
     assert "def _layernorm_fwd_single" in moved and "#" not in moved  # the rewrite really happened
+    assert "def _gemm_grouped_kernel" in (tmp_path / "kernels" / "gemm" / "grouped_jit.py").read_text()
 
     env = {**os.environ, "TUNEKIT_CACHE_DIR": str(tmp_path / "store")}
     run = subprocess.run(

@@ -18,7 +18,9 @@ from fingerprints import H200
 from tunekit.device import fingerprint
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import layernorm as ln
-from tunekit.search_spaces.layernorm import SPACE, next_pow2, single_block_n, window_block_n
+from tunekit.kernels.common import next_pow2
+from tunekit.search_spaces.layernorm import SPACE
+from tunekit.search_spaces.rows import single_block_n, window_block_n
 from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()

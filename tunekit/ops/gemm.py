@@ -24,11 +24,9 @@ import torch
 
 from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError, TunekitError
-from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
+from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops import pointwise  # also registers tunekit::bias_act*, the activation's backward
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.search_spaces.gemm import is_aligned16
-from tunekit.spec import ProblemKey
 
 __all__ = ["linear", "matmul"]
 
@@ -76,11 +74,8 @@ def _check_epilogue_tensors(
             )
 
 
-def _as_kernel_operand(t: torch.Tensor) -> tuple[torch.Tensor, str]:
-    layout = layout_of(t)
-    if layout == "strided":
-        return t.contiguous(), "row"
-    return t, layout
+def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous() if layout_of(t) == "strided" else t
 
 
 def _gemm_2d(
@@ -100,36 +95,19 @@ def _gemm_2d(
     if k == 0:  # a @ b is all zeros (torch's semantics): only the epilogue remains
         zeros = torch.zeros((m, n), device=a.device, dtype=torch.float32)
         return epilogue_reference(zeros, bias, residual, activation, alpha, beta).to(a.dtype)
-    a, a_layout = _as_kernel_operand(a)
-    b, b_layout = _as_kernel_operand(b)
+    a = _as_kernel_operand(a)
+    b = _as_kernel_operand(b)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    config = _GEMM.config(_gemm_key(a, b, a_layout, b_layout, bias, residual, activation, out))
+    spec, inputs = _GEMM.spec, (a, b, bias, residual, activation, alpha, beta)
+    config = _GEMM.config(spec.key_of(inputs))
     if config is TORCH:
         return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
-    _GEMM.spec.launch(config, (a, b, bias, residual, activation, alpha, beta), (out,))
+    spec.launch(config, inputs, (out,))
     return out
-
-
-def _gemm_key(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    a_layout: str,
-    b_layout: str,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-    out: torch.Tensor | None,
-) -> ProblemKey:
-    m, k = a.shape
-    n = b.shape[1]
-    dtype = dtype_name(a, "a")
-    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
-    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
-    return (m, n, k, dtype, a_layout, b_layout, activation, bias is not None, residual is not None, aligned)
 
 
 def _torch_trains_it(
@@ -139,17 +117,11 @@ def _torch_trains_it(
     dB = A^T dY): then torch's own ops with torch's autograd run the whole call, as they would without tunekit."""
     if torch.compiler.is_compiling() or a.numel() == 0 or b.numel() == 0:
         return False
-    a_layout, b_layout = layout_of(a), layout_of(b)
-    if "strided" in (a_layout, b_layout):
+    if "strided" in (layout_of(a), layout_of(b)):
         return True
     dy = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)  # stands for the incoming grad
-    flip = {"row": "col", "col": "row"}
-    keys = (
-        _gemm_key(a, b, a_layout, b_layout, bias, residual, activation, None),
-        _gemm_key(dy, b.T, "row", flip[b_layout], None, None, "none", None),
-        _gemm_key(a.T, dy, flip[a_layout], "row", None, None, "none", None),
-    )
-    return any(_GEMM.config(key) is TORCH for key in keys)
+    problems = ((a, b, bias, residual, activation), (dy, b.T, None, None, "none"), (a.T, dy, None, None, "none"))
+    return any(_GEMM.config(_GEMM.spec.key_of((*p, 1.0, 1.0))) is TORCH for p in problems)
 
 
 def _torch_gemm(

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tunekit.dispatch import TORCH, Dispatcher, dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.spec import DTYPE_NAMES, ProblemKey, row_bucket
+from tunekit.spec import ProblemKey
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)
@@ -93,11 +93,11 @@ def _layer_norm(
     n = math.prod(shape)
     x2d = _rows(input, n)
     w, b = _vector(weight, n), _vector(bias, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None, b is not None)
-    config = _LAYERNORM.config(key)
+    spec, inputs = _LAYERNORM.spec, (x2d, w, b, eps)
+    config = _LAYERNORM.config(spec.key_of(inputs))
     if config is TORCH:
         return F.layer_norm(input, tuple(shape), weight, bias, eps)
-    _LAYERNORM.spec.launch(config, (x2d, w, b, eps), (y.view(-1, n),))
+    spec.launch(config, inputs, (y.view(-1, n),))
     return y
 
 
@@ -119,9 +119,8 @@ def _layer_norm_backward(
         return dx, dw.zero_(), db.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    config = _LAYERNORM_BACKWARD.config(
-        _layer_norm_backward_key(x2d.shape[0], n, x2d.dtype, weight is not None, want_db)
-    )
+    spec, inputs = _LAYERNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
+    config = _LAYERNORM_BACKWARD.config(spec.key_of(inputs))
     if config is TORCH:  # torch's own backward; its statistics recomputed (the forward did not save them)
         shape_list, w = list(shape), weight.reshape(shape) if weight is not None else None
         _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape_list, w, None, eps)
@@ -130,17 +129,13 @@ def _layer_norm_backward(
         gx, gw, gb = torch.ops.aten.native_layer_norm_backward(grad, input, shape_list, mean, rstd, w, bias_like, mask)
         return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
     outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
-    _LAYERNORM_BACKWARD.spec.launch(config, inputs, outputs)
+    spec.launch(config, inputs, outputs)
     return dx, dw, db
 
 
-def _layer_norm_backward_key(rows: int, n: int, dtype: torch.dtype, weight: bool, want_db: bool) -> ProblemKey:
-    return (row_bucket(rows), n, DTYPE_NAMES[dtype], weight, want_db)
-
-
-def _rms_norm_backward_key(rows: int, n: int, dtype: torch.dtype, weight: bool) -> ProblemKey:
-    return (row_bucket(rows), n, DTYPE_NAMES[dtype], weight)
+def _rows_like(input: torch.Tensor, n: int) -> torch.Tensor:
+    """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
+    return input.new_empty(()).expand(input.numel() // max(n, 1), n)
 
 
 def _torch_trains_it(
@@ -235,7 +230,8 @@ def layer_norm(
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
     n, want_db = math.prod(shape), bias is not None and bias.requires_grad
-    key = _layer_norm_backward_key(input.numel() // max(n, 1), n, input.dtype, weight is not None, want_db)
+    rows = _rows_like(input, n)
+    key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
     if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
         return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     if use_custom_op(input, weight, bias):
@@ -253,11 +249,11 @@ def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | 
     n = math.prod(shape)
     x2d = _rows(input, n)
     w = _vector(weight, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None)
-    config = _RMSNORM.config(key)
+    spec, inputs = _RMSNORM.spec, (x2d, w, eps)
+    config = _RMSNORM.config(spec.key_of(inputs))
     if config is TORCH:
         return F.rms_norm(input, tuple(shape), weight, eps)
-    _RMSNORM.spec.launch(config, (x2d, w, eps), (y.view(-1, n),))
+    spec.launch(config, inputs, (y.view(-1, n),))
     return y
 
 
@@ -277,7 +273,8 @@ def _rms_norm_backward(
         return dx, dw.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    config = _RMSNORM_BACKWARD.config(_rms_norm_backward_key(x2d.shape[0], n, x2d.dtype, weight is not None))
+    spec, inputs = _RMSNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, eps)
+    config = _RMSNORM_BACKWARD.config(spec.key_of(inputs))
     if config is TORCH:  # torch ops in fp32 (torch has no public fused RMSNorm backward to call)
         xf, dyf = x2d.float(), dy2d.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -288,8 +285,7 @@ def _rms_norm_backward(
             dw.view(n).copy_((dyf * xhat).sum(0))
         return dx, dw
     outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
-    _RMSNORM_BACKWARD.spec.launch(config, inputs, outputs)
+    spec.launch(config, inputs, outputs)
     return dx, dw
 
 
@@ -359,7 +355,8 @@ def rms_norm(
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
     n = math.prod(shape)
-    key = _rms_norm_backward_key(input.numel() // max(n, 1), n, input.dtype, weight is not None)
+    rows = _rows_like(input, n)
+    key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
     if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
         return F.rms_norm(input, tuple(shape), weight, eps_value)
     if use_custom_op(input, weight):

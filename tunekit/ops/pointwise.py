@@ -23,7 +23,6 @@ from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.pointwise import ACTIVATIONS
-from tunekit.spec import row_bucket
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)
 _POINTWISE_ON_GPU = backend.torch_device().type == "cuda"
@@ -66,7 +65,7 @@ def _pointwise(
     input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str, scale: float
 ) -> torch.Tensor:
     """Validate, dispatch and launch: act(input * scale + bias) + residual as a new contiguous tensor."""
-    dtype = _validate(input, bias, residual, activation, scale)
+    _validate(input, bias, residual, activation, scale)
     if input.numel() == 0:
         return input.new_empty(input.shape)
     n = input.shape[-1] if input.dim() > 0 else 1
@@ -75,13 +74,12 @@ def _pointwise(
         x = x.contiguous()
     b = bias.contiguous() if bias is not None else None
     r = residual.reshape(-1, n).contiguous() if residual is not None else None
-    cols = n if b is not None else 0  # without a bias the kernel streams x flat: the last dim does not matter
-    key = (row_bucket(x.numel()), cols, cols % 16 == 0, dtype, activation, b is not None, r is not None)
-    config = _POINTWISE.config(key)
+    spec, inputs = _POINTWISE.spec, (x, b, r, float(scale), activation)
+    config = _POINTWISE.config(spec.key_of(inputs))
     if config is TORCH:
         return _torch_pointwise(input, bias, residual, activation, scale)
     y = torch.empty_like(x)
-    _POINTWISE.spec.launch(config, (x, b, r, float(scale), activation), (y,))
+    spec.launch(config, inputs, (y,))
     return y.view(input.shape)
 
 

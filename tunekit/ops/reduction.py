@@ -30,8 +30,8 @@ import torch
 
 from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, dtype_name, use_custom_op
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.ops._checks import check_device, use_custom_op
+from tunekit.spec import DTYPE_NAMES
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
@@ -174,25 +174,25 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
         x2 = x3[:, :, 0]
         if length > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (op, "inner", 1, row_bucket(outer), length, dtype_name(x2, op))
         outputs = (values.view(outer),) if indices is None else (values.view(outer), indices.view(outer))
-        config = _REDUCTION.config(key)
+        spec, inputs = _REDUCTION.spec, (x2, op, "inner")
+        config = _REDUCTION.config(spec.key_of(inputs))
         if config is TORCH:
             _torch_reduction(op, x2, 1, outputs)
         else:
-            _REDUCTION.spec.launch(config, (x2, op, "inner"), outputs)
+            spec.launch(config, inputs, outputs)
         return
     # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M).
     if inner > 1 and x3.stride(2) != 1:
         x3 = x3.contiguous()
-    key = (op, "outer", row_bucket(outer), row_bucket(length), inner, dtype_name(x3, op))
     shape2 = (outer, inner)
     outputs = (values.view(shape2),) if indices is None else (values.view(shape2), indices.view(shape2))
-    config = _REDUCTION.config(key)
+    spec, inputs = _REDUCTION.spec, (x3, op, "outer")
+    config = _REDUCTION.config(spec.key_of(inputs))
     if config is TORCH:
         _torch_reduction(op, x3, 1, outputs)
     else:
-        _REDUCTION.spec.launch(config, (x3, op, "outer"), outputs)
+        spec.launch(config, inputs, outputs)
 
 
 def _torch_reduction(op: str, x: torch.Tensor, dim: int, outputs: tuple[torch.Tensor, ...]) -> None:
@@ -346,12 +346,12 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
         x2 = xm.reshape(-1, n)  # a view when the leading dims merge, else a copy
         if n > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (row_bucket(x2.shape[0]), n, dtype_name(x2, "softmax"), log)
-        config = _SOFTMAX.config(key)
+        spec, inputs = _SOFTMAX.spec, (x2, log)
+        config = _SOFTMAX.config(spec.key_of(inputs))
         if config is TORCH:  # torch's own softmax, into the same output
             (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=ym.view(-1, n))
         else:
-            _SOFTMAX.spec.launch(config, (x2, log), (ym.view(-1, n),))
+            spec.launch(config, inputs, (ym.view(-1, n),))
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
