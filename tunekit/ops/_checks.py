@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tunekit import backend
-from tunekit.errors import InvalidInputError
+from tunekit.errors import AutogradUnsupportedError, InvalidInputError
 from tunekit.spec import DTYPE_NAMES
 
 _DEVICE_TYPE = backend.torch_device().type
@@ -27,3 +27,12 @@ def check_device(t: torch.Tensor, what: str) -> None:
 def check_same_device(t: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     if t.device != ref.device:
         raise InvalidInputError(f"{what} must be on {ref.device} like the input, but is on {t.device}")
+
+
+def refuse_autograd(what: str, *tensors: object) -> None:
+    """No silent detach: an op with no backward refuses inputs that require grad while grad mode is on."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise AutogradUnsupportedError(
+            f"{what} is forward-only: it does not support autograd yet, but an input requires grad; "
+            "run it under torch.no_grad() or pass detached tensors"
+        )

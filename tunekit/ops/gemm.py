@@ -6,7 +6,8 @@
         = act(alpha * a @ b + bias) + beta * residual         (2-D a, b)
 
 Row- and column-major operands (e.g. transposed views, linear's weight) go to the kernel as they are; other
-strides are copied to row-major first. Forward only: no autograd formula is registered.
+strides are copied to row-major first. Forward only: no autograd formula is registered, so inputs that require grad
+are refused while grad mode is on (AutogradUnsupportedError), never silently detached.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, refuse_autograd
 from tunekit.search_spaces.gemm import is_aligned16
 
 __all__ = ["linear", "matmul"]
@@ -209,6 +210,7 @@ def matmul(
     act = _check_activation(activation)
     alpha_f, beta_f = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
+    refuse_autograd("tunekit.ops.matmul", a, b, bias, residual)
     if torch.compiler.is_compiling():
         return _matmul_op(a, b, bias, residual, act, alpha_f, beta_f)
     return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
@@ -239,6 +241,7 @@ def linear(
     act = _check_activation(activation)
     out_shape = (*input.shape[:-1], weight.shape[0])
     _check_epilogue_tensors(bias, residual, out_shape, dtype, input)
+    refuse_autograd("tunekit.ops.linear", input, weight, bias, residual)
     if torch.compiler.is_compiling():
         return _linear_op(input, weight, bias, residual, act)
     return _linear_impl(input, weight, bias, residual, act)

@@ -15,7 +15,7 @@ import torch
 
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, refuse_autograd
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 from tunekit.spec import row_bucket
 
@@ -52,11 +52,7 @@ def _validate(
         _check_operand(bias, input, "bias", (input.shape[-1],), "[input.shape[-1]]")
     if residual is not None:
         _check_operand(residual, input, "residual", tuple(input.shape), "input.shape")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, bias, residual)):
-        raise InvalidInputError(
-            "tunekit pointwise ops are forward-only (no backward): inputs require grad; "
-            "run under torch.no_grad() or pass detached tensors"
-        )
+    refuse_autograd("tunekit's pointwise ops (gelu, bias_act, bias_act_residual)", input, bias, residual)
     return dtype
 
 
