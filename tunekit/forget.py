@@ -67,8 +67,9 @@ def forget(store: Store, selection: Selection) -> int:
     """
     with store.transaction():
         digests = {e.key.digest for e in select(store, selection)}
-        if selection == Selection(digest=selection.digest) and _DIGEST.fullmatch(selection.digest or ""):
-            digests.add(str(selection.digest))  # --key alone, in full: removed readable or not
+        only_key = selection.kernel is None and selection.device_key is None
+        if only_key and selection.digest is not None and _DIGEST.fullmatch(selection.digest):
+            digests.add(selection.digest)  # --key alone, in full: removed readable or not
         return sum(_delete(store, digest) for digest in sorted(digests))
 
 
