@@ -129,6 +129,16 @@ def wait_all(procs: list[subprocess.Popen], timeout: float = 90) -> list[int]:
                 p.wait()
 
 
+def start_victim(url: str, tmp_path: Path) -> tuple[subprocess.Popen, JobQueue]:
+    """The jobs submitted and a worker that took one and hangs in its first measurement (heartbeats going)."""
+    submit(url)
+    victim = start_worker(url, tmp_path / "victim.log", faults=HANG_FIRST)
+    queue = JobQueue(url)
+    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
+    time.sleep(1.0)
+    return victim, queue
+
+
 def wait_until(condition, timeout: float = 60, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -180,11 +190,7 @@ def test_workers_do_every_job_exactly_once(any_storage, tmp_path, monkeypatch):
 
 
 def test_a_killed_workers_job_is_finished_by_another(leased_storage, tmp_path, monkeypatch):
-    submit(leased_storage)
-    victim = start_worker(leased_storage, tmp_path / "victim.log", faults=HANG_FIRST)
-    queue = JobQueue(leased_storage)
-    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
-    time.sleep(1.0)  # it hangs in its first measurement, heartbeats going
+    victim, queue = start_victim(leased_storage, tmp_path)
     victim.kill()
     victim.wait()
     helper = start_worker(leased_storage, tmp_path / "helper.log")
@@ -201,11 +207,7 @@ def test_a_killed_workers_job_is_finished_by_another(leased_storage, tmp_path, m
 def test_an_interrupted_worker_gives_its_job_back(tmp_path):
     """SIGTERM (and Ctrl-C) hand the job back at once; the journal, which has no leases, relies on it."""
     url = str(tmp_path / "fleet.journal")
-    submit(url)
-    victim = start_worker(url, tmp_path / "victim.log", faults=HANG_FIRST)
-    queue = JobQueue(url)
-    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
-    time.sleep(1.0)
+    victim, queue = start_victim(url, tmp_path)
     victim.send_signal(signal.SIGTERM)
     assert victim.wait(timeout=30) == 130
     assert queue.counts() == {"queued": len(SHAPES), "running": 0, "done": 0, "failed": 0}
@@ -666,11 +668,7 @@ def test_requeue_by_hand(tmp_path):
 def test_a_sigkilled_journal_worker_s_job_is_requeued_and_done_once(tmp_path):
     """The issue's case: a worker killed on a journal storage left its job running for good."""
     url = str(tmp_path / "fleet.journal")
-    submit(url)
-    victim = start_worker(url, tmp_path / "victim.log", faults=HANG_FIRST)
-    queue = JobQueue(url)
-    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
-    time.sleep(1.0)
+    victim, queue = start_victim(url, tmp_path)
     victim.kill()
     victim.wait()
     assert queue.counts()["running"] == 1  # nothing else would ever move it
