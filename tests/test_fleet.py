@@ -517,18 +517,13 @@ def _complete_with(queue: JobQueue, result: object) -> str:
     return claim.job.id
 
 
-@pytest.fixture(params=["sqlite", "journal"])
-def local_storage(request, tmp_path):
-    return _url(request.param, tmp_path, request)
-
-
-def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(local_storage, toy, tmp_path, caplog):
+def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage, toy, tmp_path, caplog):
     """status, export --storage and --submit go on past one unreadable job or result; the rest still exports."""
     from test_database import toy_entry
 
     from tunekit.device import fingerprint
 
-    url = local_storage
+    url = any_storage
     queue = JobQueue(url)
     jobs = _toy_jobs(4)
     queue.submit(jobs)
