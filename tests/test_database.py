@@ -202,40 +202,59 @@ def test_the_same_key_twice_is_refused_not_counted_twice(toy, tmp_path):
         assert len(store) == 0
 
 
-def test_documents_are_capped_in_size(toy, tmp_path, monkeypatch):
+class _CountedOpen:
+    """open() for reading that records each read; `stream=True` makes the file look like a pipe (no size)."""
+
+    def __init__(self, monkeypatch, stream: bool) -> None:
+        self.reads: list[int] = []
+        self.stream = stream
+        real_open = open
+
+        def fake(path, mode="r", *args, **kwargs):
+            return _Counted(real_open(path, mode, *args, **kwargs), self)
+
+        monkeypatch.setattr("builtins.open", fake)
+
+
+class _Counted:
+    def __init__(self, f, counter: _CountedOpen) -> None:
+        self.f, self.counter = f, counter
+        self.null = os.open("/dev/null", os.O_RDONLY) if counter.stream else None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+        if self.null is not None:
+            os.close(self.null)
+
+    def fileno(self):
+        return self.null if self.null is not None else self.f.fileno()  # /dev/null: a device, no size
+
+    def read(self, n):
+        self.counter.reads.append(n)
+        return self.f.read(n)
+
+
+def test_a_document_over_the_cap_is_refused_before_it_is_read(toy, tmp_path, monkeypatch):
     sparse = tmp_path / "huge.json"
     with sparse.open("wb") as f:
-        f.truncate(database.MAX_DOCUMENT_BYTES + 1)  # refused by its size, before a byte is read
+        f.truncate(database.MAX_DOCUMENT_BYTES + 1)
+    counted = _CountedOpen(monkeypatch, stream=False)
     with pytest.raises(DatabaseError, match=r"huge.json is larger than 64 MiB, the most a tuning database may hold"):
         read_document(sparse)
-    # a stream (no size to ask for) is read up to the cap and refused there
+    assert counted.reads == []  # refused by its size: not a byte read
+
+
+def test_a_stream_is_read_up_to_the_cap_and_refused_there(toy, tmp_path, monkeypatch):
     monkeypatch.setattr(database, "MAX_DOCUMENT_BYTES", 1000)
     path = _write(tmp_path, json.dumps(document([toy_entry(toy, fingerprint(), 1.0)]), indent=4))
     assert path.stat().st_size > 1000
-    read = []
-    real_open = open
-
-    class Stream:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def fileno(self):
-            return os.open("/dev/null", os.O_RDONLY)  # a character device: no size
-
-        def read(self, n):
-            read.append(n)
-            return self.f.read(n)
-
-    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Stream(real_open(p, mode, *a, **k)))
-    with pytest.raises(DatabaseError, match="larger than 0 MiB"):
+    counted = _CountedOpen(monkeypatch, stream=True)
+    with pytest.raises(DatabaseError, match=r"larger than 1000 bytes, the most"):
         read_document(path)
-    assert sum(read) == 1001
+    assert sum(counted.reads) == 1001  # one byte past the cap, no more
 
 
 def test_a_document_is_read_with_bounded_memory(toy, tmp_path):

@@ -117,3 +117,10 @@ def test_export_and_import_messages_escape_paths(toy, tmp_path):
     assert result.exit_code == 0 and "db[bold].json" in result.output, result.output
     result = run("import", str(out))
     assert result.exit_code == 0 and "db[bold].json: 1 entries read" in result.output, result.output
+
+
+def test_a_plan_file_s_problems_print_as_themselves(toy, tmp_path):
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text(json.dumps({"kernel": "toy", "problem": {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[2J"}}) + "\n")
+    result = run("plan", str(plan))
+    assert result.exit_code == 0 and "dtype=[/nope]\\x1b[2J" in result.output and ESC not in result.output

@@ -462,9 +462,9 @@ def plan(
         for col in ("kernel", "problem"):
             table.add_column(col)
         for name, problem in problems:
-            table.add_row(name, get_spec(name).describe_problem(problem))
+            table.add_row(name, markup(get_spec(name).describe_problem(problem)))
         console.print(table)
-        console.print(f"{len(problems)} problems in {file}")
+        console.print(markup(f"{len(problems)} problems in {file}"))
         return
     dtypes: list[str | None] = list(dtype) if dtype else [None]
     pairs = [(k, p) for k in kernel for d in dtypes for p in _problems(k, shape, d)]

@@ -374,7 +374,8 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 def _read_capped(path: Path) -> str:
     """The file's text, refused past MAX_DOCUMENT_BYTES without reading more than that (pipes and devices too)."""
-    cap = f"{MAX_DOCUMENT_BYTES >> 20} MiB"
+    mib, rest = divmod(MAX_DOCUMENT_BYTES, 1 << 20)
+    cap = f"{mib} MiB" if mib and not rest else f"{MAX_DOCUMENT_BYTES} bytes"
     too_big = f"{path} is larger than {cap}, the most a tuning database may hold (split it by --kernel or --device)"
     try:
         with open(path, "rb") as f:
