@@ -514,7 +514,7 @@ def show(
                 markup(f"{e.device.get('name', '?')} ({e.key.device_key[:8]})"),
                 markup(",".join(f"{k}={v}" for k, v in e.key.problem)),
                 f"{e.time_ms:.4f}",
-                _show_config(get_spec(e.key.kernel), e.config),
+                markup(_show_config(get_spec(e.key.kernel), e.config)),
                 str(len(e.trials)),
                 "yes" if servable else "no",
             )

@@ -34,6 +34,7 @@ from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import TRIAL_STATUSES, Entry
 from tunekit.errors import DatabaseError, TunekitError
 from tunekit.registry import get_spec, kernel_names
+from tunekit.render import brief
 from tunekit.spec import KernelSpec
 from tunekit.store import Store
 
@@ -156,12 +157,6 @@ def _require(cond: bool, where: str, rule: str) -> None:
         raise DatabaseError(f"{where}: {rule}")
 
 
-def _show(value: Any) -> str:
-    """A bad value for a one-line message: repr, cut short (a hostile file may hold megabytes in one field)."""
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -170,13 +165,13 @@ def _validate_time(value: Any, where: str, floor_ms: float) -> None:
     _require(
         _is_number(value) and 0 < value < _MAX_TIME_MS,
         where,
-        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {_show(value)}",
+        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {brief(value)}",
     )
     _require(
         value >= floor_ms,
         where,
         f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem (a launch takes 1 us; its "
-        f"bytes at {FASTEST_MEMORY_BYTES_PER_S / 1e12:g} TB/s), but got {_show(value)}",
+        f"bytes at {FASTEST_MEMORY_BYTES_PER_S / 1e12:g} TB/s), but got {brief(value)}",
     )
 
 
@@ -200,11 +195,11 @@ def _validate_flat(obj: dict[str, Any], where: str, name: str) -> None:
         _require(
             _is_json_scalar(value) and not (isinstance(value, str) and len(value) > 1000),
             where,
-            f"{name} values must be strings, numbers, bools or null, but {name}.{field_name} is {_show(value)}",
+            f"{name} values must be strings, numbers, bools or null, but {name}.{field_name} is {brief(value)}",
         )
     if name == "device":
         _require(
-            isinstance(obj.get("name", ""), str), where, f"device.name must be a string, got {_show(obj.get('name'))}"
+            isinstance(obj.get("name", ""), str), where, f"device.name must be a string, got {brief(obj.get('name'))}"
         )
 
 
@@ -238,7 +233,7 @@ def _device(data: dict[str, Any], device_key: str, where: str) -> DeviceFingerpr
         _require(
             type(value) is str if want is str else type(value) is int and 0 <= value < 2**53,
             where,
-            f"device.{name} must be {_TYPE_NAMES[want]}, but got {_show(value)}",
+            f"device.{name} must be {_TYPE_NAMES[want]}, but got {brief(value)}",
         )
     device = DeviceFingerprint(**{name: data[name] for name in _DEVICE_FIELD_TYPES})
     _require(
@@ -263,7 +258,7 @@ def _check_rules(
     if broken:
         rules = ", ".join(f"{rule.name!r}" + (f" ({rule.why})" if rule.why else "") for rule in broken)
         raise DatabaseError(
-            f"{where}: config {_show(config)} breaks the {spec.name} space's rule {rules} "
+            f"{where}: config {brief(config)} breaks the {spec.name} space's rule {rules} "
             f"for {spec.describe_problem(problem)} on {device.name}"
         )
 
@@ -280,13 +275,13 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     _require(
         type(schema) is int and schema == SCHEMA_VERSION,
         where,
-        f"key schema must be {SCHEMA_VERSION}, got {_show(schema)}",
+        f"key schema must be {SCHEMA_VERSION}, got {brief(schema)}",
     )
     kernel = key.get("kernel")
     _require(
         isinstance(kernel, str) and kernel in kernel_names(),
         where,
-        f"unknown kernel {_show(kernel)}. Available: {kernel_names()}",
+        f"unknown kernel {brief(kernel)}. Available: {kernel_names()}",
     )
     assert isinstance(kernel, str)
     for name in ("source_hash", "device_key"):
@@ -305,13 +300,13 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
         _require(
             isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
             where,
-            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {_show(value)}",
+            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {brief(value)}",
         )
         want = types.get(field_name)
         _require(
             want is None or type(value) is want,
             where,
-            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {_show(value)}",
+            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {brief(value)}",
         )
     _validate_flat(data["device"], where, "device")
     _validate_flat(data["provenance"], where, "provenance")
@@ -341,10 +336,10 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
             _validate_time(trial.get("time_ms"), twhere, floor_ms)
         else:
             t = trial.get("time_ms")
-            _require(t is None or _is_number(t), twhere, f"time_ms must be a number or null, but got {_show(t)}")
+            _require(t is None or _is_number(t), twhere, f"time_ms must be a number or null, but got {brief(t)}")
         error = trial.get("error")
         _require(
-            error is None or isinstance(error, str), twhere, f"error must be a string or null, but got {_show(error)}"
+            error is None or isinstance(error, str), twhere, f"error must be a string or null, but got {brief(error)}"
         )
     try:
         return Entry.from_json(data)
@@ -359,7 +354,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for name, value in pairs:
         if name in obj:
-            raise ValueError(f"duplicate key {_show(name)} in one object")
+            raise ValueError(f"duplicate key {brief(name)} in one object")
         obj[name] = value
     return obj
 
@@ -420,7 +415,7 @@ class _Document:
         _require(
             type(header.get("schema")) is int and header.get("schema") == SCHEMA_VERSION,
             str(path),
-            f"schema must be {SCHEMA_VERSION}, but got {_show(header.get('schema'))}",
+            f"schema must be {SCHEMA_VERSION}, but got {brief(header.get('schema'))}",
         )
         _require("entries" in header, str(path), "'entries' must be a list")
 
@@ -447,7 +442,7 @@ class _Document:
                 self._expect(pos, '"')
                 name, pos = _DECODER.raw_decode(text, pos)
                 if name in self.header:
-                    raise ValueError(f"duplicate key {_show(name)} in one object")
+                    raise ValueError(f"duplicate key {brief(name)} in one object")
                 pos = self._skip(pos)
                 self._expect(pos, ":")
                 pos = self._skip(pos + 1)

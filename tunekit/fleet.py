@@ -22,9 +22,10 @@ How the queue maps onto Optuna (one storage holds the queue, every job's tuning 
   by Ctrl-C or SIGTERM gives its job back. A SIGKILLed one cannot: its job would stay RUNNING for good. So each
   claim also records its owner (`tunekit:owner`: host, boot id, pid and the process's start time), and a job whose
   owner process is known to be gone (same host and boot, no such process, or the pid reused by a newer process)
-  is queued again: automatically by every worker before it claims (journal storages; up to the lease's
-  `max_retries`), or with `tunekit requeue --stale`. A job whose worker ran on another machine can only be re-queued
-  by hand, `tunekit requeue --job ID`; its worker, if it was alive after all, can never complete the original.
+  is queued again: automatically by every worker before it claims (up to the lease's `max_retries`; on RDB
+  storages this comes before the lease lapses), or with `tunekit requeue --stale`. A journal job whose worker ran
+  on another machine can only be re-queued by hand, `tunekit requeue --job ID`; its worker, if it was alive after
+  all, can never complete the original.
 - Results are read defensively: a job or result attribute that is not what a worker writes (a result must pass
   the same checks as an imported database entry) is reported with its job id and skipped; every other job still
   shows and exports.
@@ -61,6 +62,7 @@ from tunekit.canonical import digest
 from tunekit.entry import Entry, merge_entries
 from tunekit.errors import InvalidShapeError, TunekitError
 from tunekit.recorder import plan_line
+from tunekit.render import brief
 from tunekit.space import Config, Value
 from tunekit.spec import KernelSpec
 
@@ -132,22 +134,22 @@ class Job:
             raise TunekitError(f"a job must be an object, but got {type(data).__name__}")
         problem = data.get("problem")
         if not isinstance(data.get("kernel"), str):
-            raise TunekitError(f"a job's kernel must be a string, but got {_short(data.get('kernel'))}")
+            raise TunekitError(f"a job's kernel must be a string, but got {brief(data.get('kernel'))}")
         if not isinstance(problem, dict) or not all(
             isinstance(k, str) and isinstance(v, (str, bool, int)) for k, v in problem.items()
         ):
-            raise TunekitError(f"a job's problem must map names to strings, bools or ints, but got {_short(problem)}")
+            raise TunekitError(f"a job's problem must map names to strings, bools or ints, but got {brief(problem)}")
         for name in ("trials", "seed"):
             value = data.get(name)
             if type(value) is not int or value < (1 if name == "trials" else 0):
-                raise TunekitError(f"a job's {name} must be an int >= {int(name == 'trials')}, but got {_short(value)}")
+                raise TunekitError(f"a job's {name} must be an int >= {int(name == 'trials')}, but got {brief(value)}")
         if not isinstance(data.get("sampler"), str):
-            raise TunekitError(f"a job's sampler must be a string, but got {_short(data.get('sampler'))}")
+            raise TunekitError(f"a job's sampler must be a string, but got {brief(data.get('sampler'))}")
         timeout = data.get("timeout_s")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
         ):
-            raise TunekitError(f"a job's timeout_s must be null or a positive number, but got {_short(timeout)}")
+            raise TunekitError(f"a job's timeout_s must be null or a positive number, but got {brief(timeout)}")
         return cls(data["kernel"], dict(problem), data["trials"], data["sampler"], data["seed"], timeout)
 
     def describe(self) -> str:
@@ -166,12 +168,6 @@ class JobStatus:
     error: str = ""
     owner_gone: bool = False  # running, but its worker process is known to be gone (tunekit requeue --stale)
     trial_id: int | None = None  # the latest trial's (the one a requeue fails)
-
-
-def _short(value: Any) -> str:
-    """A bad value for a one-line message: repr, cut short."""
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- who holds a job --------------------------------------------------------------------------------------------
@@ -621,7 +617,7 @@ def result_entry(result: Any) -> Entry:
     from tunekit.database import validate_entry
 
     if not isinstance(result, dict):
-        raise TunekitError(f"a result must be a cache entry (an object), but got {_short(result)}")
+        raise TunekitError(f"a result must be a cache entry (an object), but got {brief(result)}")
     return validate_entry(result, where="result")
 
 

@@ -8,6 +8,8 @@ window title). So:
   reorder or hide text (bidi overrides, zero-width spaces, the BOM) are shown as `\\xNN` / `\\uNNNN` escapes;
   for output printed without markup (`print`, `Console.print(markup=False)`, one-line errors).
 - `markup(value)`: `plain`, then rich's markup escape; for everything rich parses (table cells, console.print).
+- `brief(value)`: a bad value quoted in a one-line error message: its repr (which escapes control characters), cut
+  short (a hostile file may hold megabytes in one field).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 
 from rich.markup import escape as _escape_markup
 
-__all__ = ["markup", "plain"]
+__all__ = ["brief", "markup", "plain"]
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
@@ -35,3 +37,9 @@ def plain(value: object) -> str:
 def markup(value: object) -> str:
     """`plain(value)`, also escaped for rich's markup: it prints as itself wherever rich parses markup."""
     return _escape_markup(plain(value))
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """repr(value) on one line, at most `limit` characters."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
