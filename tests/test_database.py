@@ -8,7 +8,7 @@ import stat
 import pytest
 from test_store import H200, make_entry
 
-from tunekit import database
+from tunekit import atomic, database
 from tunekit.cache_key import CacheKey
 from tunekit.database import (
     ImportResult,
@@ -296,7 +296,7 @@ def test_export_on_a_full_disk_leaves_the_previous_file_whole(toy, tmp_path, mon
             real_write(fd, half)  # a partial file, as a real full disk leaves it
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(database, "_write_all", full_disk)
+    monkeypatch.setattr(atomic, "_write_all", full_disk)
     entries = [toy_entry(toy, fingerprint(), 2.0, rows=r) for r in (1, 2, 4)]
     with pytest.raises(DatabaseError, match=r"No space left on device \(the disk is full\); the previous file"):
         write_document(path, entries)
@@ -309,9 +309,8 @@ def test_export_never_follows_a_symlink(toy, tmp_path):
     target.write_text("keep me")
     link = tmp_path / "db.json"
     link.symlink_to(target)
-    with pytest.raises(
-        DatabaseError, match=r"refusing to write .*db.json: it is a symbolic link \(to .*precious.txt\)"
-    ):
+    refused = r"refusing to write .*db.json: it is a symbolic link \(to .*precious.txt\), and tunekit never follows"
+    with pytest.raises(DatabaseError, match=refused):
         write_document(link, [toy_entry(toy, fingerprint(), 1.0)])
     assert target.read_text() == "keep me" and link.is_symlink()
     dangling = tmp_path / "dangling.json"

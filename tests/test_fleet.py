@@ -37,11 +37,11 @@ from tunekit.fleet import (
     Lease,
     interleave_kernels,
     open_storage,
-    owner_record,
     read_plan,
     run_job,
     work,
 )
+from tunekit.owner import owner_record
 from tunekit.recorder import record_problems
 from tunekit.store import Store
 

@@ -7,28 +7,27 @@ An imported document is checked as strictly as serving checks a config, before a
   for the entry's problem on the entry's device (the device object must be the one its key names);
 - no time is below the physical floor of its problem (`time_floor_ms`);
 - the local best is kept unless the imported entry was measured faster by the same timer (`provenance.timer`).
-Export writes a temporary file next to the destination and renames it: a full disk leaves the old file whole,
-and a symbolic link at the destination is refused, never followed.
+Export writes atomically (tunekit.atomic): a full disk leaves the old file whole, and a symbolic link at the
+destination is refused, never followed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import importlib.resources
+import itertools
 import json
 import logging
 import math
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunekit.atomic import write_atomically
 from tunekit.cache_key import SCHEMA_VERSION, CacheKey
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import TRIAL_STATUSES, Entry
@@ -45,6 +44,7 @@ _MAX_TIME_MS = 1e7  # a measured time above ~3 hours is not a measurement
 # The shipped H200 database of 344 entries is 0.8 MB: 64 MiB is room for ~25,000 entries, and parsing it stays
 # well under a GiB. A larger file is refused before it is read.
 MAX_DOCUMENT_BYTES = 64 << 20
+_READ_CHUNK_BYTES = 1 << 20
 # Physical floors of a measured time. No kernel launch completes, as a timer sees it, in under a microsecond (the
 # fastest time in the shipped H200 database, measured with CUDA events, is 5.3 µs). And no device moves memory
 # faster than 20 TB/s: 2.5x the fastest HBM shipping today (8 TB/s); what the fingerprint holds does not give a
@@ -69,87 +69,12 @@ def export_entries(store: Store, kernel: str | None = None, device_key: str | No
 
 
 def write_document(path: Path, entries: Iterable[Entry]) -> int:
-    """Write a database to `path` atomically: a temporary file in the same directory, renamed over `path`.
-
-    On any failure (a full disk: ENOSPC) the previous file is left as it was. A symbolic link at `path` is refused
-    (one line): it is never followed, and silently replacing the link would break whatever the user linked it for.
-    """
+    """Write a database to `path` atomically (tunekit.atomic): on any failure, a full disk included, the previous
+    file is left as it was; a symbolic link at `path` is refused, never followed."""
     doc = document(entries)
-    _write_atomically(Path(path), doc)
+    chunks = json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc)
+    write_atomically(Path(path), itertools.chain(chunks, ["\n"]), DatabaseError)
     return len(doc["entries"])
-
-
-_CHUNK_BYTES = 1 << 20
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written (the one place export writes bytes: tests fault it here)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _umask() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def _write_atomically(path: Path, doc: dict[str, Any]) -> None:
-    try:
-        old = os.lstat(path)
-    except FileNotFoundError:
-        old = None
-    except OSError as exc:
-        raise DatabaseError(f"cannot write {path}: {exc.strerror or exc}") from None
-    if old is not None and stat.S_ISLNK(old.st_mode):
-        raise DatabaseError(
-            f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)}), and export never follows "
-            "one; remove the link or give the real path"
-        )
-    if old is not None and not stat.S_ISREG(old.st_mode):
-        raise DatabaseError(f"cannot write {path}: it exists and is not a regular file")
-    mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise DatabaseError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        try:
-            pending: list[str] = []
-            size = 0
-            for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc):
-                pending.append(chunk)
-                size += len(chunk)
-                if size >= _CHUNK_BYTES:
-                    _write_all(fd, "".join(pending).encode())
-                    pending, size = [], 0
-            pending.append("\n")
-            _write_all(fd, "".join(pending).encode())
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)  # the rename replaces a link planted meanwhile, never its target
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            full = " (the disk is full)" if exc.errno == errno.ENOSPC else ""
-            raise DatabaseError(
-                f"cannot write {path}: {exc.strerror or exc}{full}; the previous file, if any, is unchanged"
-            ) from None
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a crash once its directory is on disk
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def _require(cond: bool, where: str, rule: str) -> None:
@@ -379,7 +304,7 @@ def _read_capped(path: Path) -> str:
                 raise DatabaseError(too_big)
             chunks, size = [], 0
             while size <= MAX_DOCUMENT_BYTES:  # in chunks: read(cap) would allocate the whole cap at once
-                chunk = f.read(min(_CHUNK_BYTES, MAX_DOCUMENT_BYTES + 1 - size))
+                chunk = f.read(min(_READ_CHUNK_BYTES, MAX_DOCUMENT_BYTES + 1 - size))
                 if not chunk:
                     break
                 chunks.append(chunk)

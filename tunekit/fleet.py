@@ -61,6 +61,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunekit.canonical import digest
 from tunekit.entry import Entry, merge_entries
 from tunekit.errors import InvalidShapeError, TunekitError
+from tunekit.owner import describe_owner, owner_alive, owner_record
 from tunekit.recorder import plan_line
 from tunekit.render import brief
 from tunekit.space import Config, Value
@@ -168,69 +169,6 @@ class JobStatus:
     error: str = ""
     owner_gone: bool = False  # running, but its worker process is known to be gone (tunekit requeue --stale)
     trial_id: int | None = None  # the latest trial's (the one a requeue fails)
-
-
-# --- who holds a job --------------------------------------------------------------------------------------------
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot; Linux), or None; -1 for a zombie (it has exited)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return -1 if fields[0] in ("Z", "X") else int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def owner_record(trial_id: int) -> dict[str, Any]:
-    """This process as the owner of a claimed trial: enough to tell later, on this machine, that it is gone."""
-    pid = os.getpid()
-    return {
-        "host": socket.gethostname(),
-        "boot": _boot_id(),
-        "pid": pid,
-        "start": _start_ticks(pid),
-        "trial": trial_id,
-    }
-
-
-def owner_alive(owner: Any, trial_id: int) -> bool | None:
-    """Whether a trial's recorded owner process still runs: True or False where this machine can tell, else None
-    (another machine, no record, or a record copied from an earlier attempt of the job)."""
-    if not isinstance(owner, dict) or owner.get("trial") != trial_id:
-        return None
-    if owner.get("host") != socket.gethostname() or owner.get("boot") != _boot_id():
-        return None
-    pid = owner.get("pid")
-    if type(pid) is not int or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
-    except OSError:
-        return None
-    start = _start_ticks(pid)
-    if start == -1:
-        return False  # exited, not yet reaped by its parent
-    recorded = owner.get("start")
-    # A different start time: the pid now belongs to a newer process.
-    return start is None or type(recorded) is not int or start == recorded
-
-
-def describe_owner(owner: Any) -> str:
-    if not isinstance(owner, dict):
-        return "an unknown worker"
-    return f"{owner.get('host')}:{owner.get('pid')}"
 
 
 # --- storages ---------------------------------------------------------------------------------------------------
