@@ -105,3 +105,44 @@ def test_unwritable_cache_dir(toy, tmp_path, monkeypatch):
 def test_devices_lists_the_interpreter():
     result = run("devices")
     assert result.exit_code == 0 and "triton-interpreter" in result.output and "key=" in result.output
+
+
+def test_import_counts_each_key_once_and_refuses_what_serving_would(toy, tmp_path):
+    """The same key twice is an error (never "2 added"); a config that breaks the rules refuses the file."""
+    from test_database import toy_entry
+
+    from tunekit.database import document
+    from tunekit.device import fingerprint
+
+    entry = toy_entry(toy, fingerprint(), 1.0)
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps(document([entry]) | {"entries": [entry.to_json()] * 2}))
+    result = run("import", str(twice))
+    assert result.exit_code == 1 and "entry 1: the same key as entry 0" in result.output
+    wide = entry.to_json()
+    wide["best"]["config"]["BLOCK"] = 64  # wider than the row (cols = 32)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(document([]) | {"entries": [wide]}))
+    result = run("import", str(broken))
+    assert result.exit_code == 1 and "breaks the toy space's rule 'block_fits_row'" in result.output
+    with Store() as store:
+        assert len(store) == 0
+    once = tmp_path / "once.json"
+    once.write_text(json.dumps(document([entry])))
+    result = run("import", str(once))
+    assert result.exit_code == 0 and "1 entries read, 1 added, 0 improved, 0 kept" in result.output
+    result = run("import", str(once))
+    assert result.exit_code == 0 and "1 entries read, 0 added, 0 improved, 1 kept" in result.output
+
+
+def test_export_refuses_a_symlink_and_keeps_the_old_file_on_failure(toy, tmp_path):
+    assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "2").exit_code == 0
+    target = tmp_path / "elsewhere.json"
+    target.write_text("not yours")
+    link = tmp_path / "db.json"
+    link.symlink_to(target)
+    result = run("export", "--out", str(link))
+    assert result.exit_code == 1 and "it is a symbolic link" in result.output and "Traceback" not in result.output
+    assert target.read_text() == "not yours"
+    result = run("export", "--out", str(tmp_path / "no" / "such" / "dir.json"))
+    assert result.exit_code == 1 and "cannot write" in result.output

@@ -27,8 +27,11 @@ from tunekit.cli import app
 from tunekit.dispatch import dispatcher
 from tunekit.errors import TunekitError
 from tunekit.fleet import (
+    ERROR_ATTR,
     JOB_ATTR,
+    OWNER_ATTR,
     QUEUE_PREFIX,
+    RESULT_ATTR,
     Job,
     JobQueue,
     Lease,
@@ -38,6 +41,7 @@ from tunekit.fleet import (
     run_job,
     work,
 )
+from tunekit.owner import owner_record
 from tunekit.recorder import record_problems
 from tunekit.store import Store
 
@@ -125,6 +129,16 @@ def wait_all(procs: list[subprocess.Popen], timeout: float = 90) -> list[int]:
                 p.wait()
 
 
+def start_victim(url: str, tmp_path: Path) -> tuple[subprocess.Popen, JobQueue]:
+    """The jobs submitted and a worker that took one and hangs in its first measurement (heartbeats going)."""
+    submit(url)
+    victim = start_worker(url, tmp_path / "victim.log", faults=HANG_FIRST)
+    queue = JobQueue(url)
+    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
+    time.sleep(1.0)
+    return victim, queue
+
+
 def wait_until(condition, timeout: float = 60, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -176,11 +190,7 @@ def test_workers_do_every_job_exactly_once(any_storage, tmp_path, monkeypatch):
 
 
 def test_a_killed_workers_job_is_finished_by_another(leased_storage, tmp_path, monkeypatch):
-    submit(leased_storage)
-    victim = start_worker(leased_storage, tmp_path / "victim.log", faults=HANG_FIRST)
-    queue = JobQueue(leased_storage)
-    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
-    time.sleep(1.0)  # it hangs in its first measurement, heartbeats going
+    victim, queue = start_victim(leased_storage, tmp_path)
     victim.kill()
     victim.wait()
     helper = start_worker(leased_storage, tmp_path / "helper.log")
@@ -197,11 +207,7 @@ def test_a_killed_workers_job_is_finished_by_another(leased_storage, tmp_path, m
 def test_an_interrupted_worker_gives_its_job_back(tmp_path):
     """SIGTERM (and Ctrl-C) hand the job back at once; the journal, which has no leases, relies on it."""
     url = str(tmp_path / "fleet.journal")
-    submit(url)
-    victim = start_worker(url, tmp_path / "victim.log", faults=HANG_FIRST)
-    queue = JobQueue(url)
-    wait_until(lambda: queue.counts()["running"] == 1, what="the victim to take a job")
-    time.sleep(1.0)
+    victim, queue = start_victim(url, tmp_path)
     victim.send_signal(signal.SIGTERM)
     assert victim.wait(timeout=30) == 130
     assert queue.counts() == {"queued": len(SHAPES), "running": 0, "done": 0, "failed": 0}
@@ -496,3 +502,180 @@ def test_help_on_every_fleet_command():
         result = run(*cmd, "--help")
         assert result.exit_code == 0 and "Usage" in result.output, result.output
     assert "--workers" in run("tune", "--help").output and "--storage" in run("export", "--help").output
+
+
+# --- defensive results and stuck jobs ----------------------------------------------------------------------------
+
+
+def _complete_with(queue: JobQueue, result: object) -> str:
+    """Claim the next job and complete it with `result` as its result attribute, as a broken worker could."""
+    claim = queue.claim("tester")
+    assert claim is not None
+    claim.stop()
+    queue.storage.set_trial_user_attr(claim.trial_id, RESULT_ATTR, result)
+    queue.storage.set_trial_state_values(claim.trial_id, optuna.trial.TrialState.COMPLETE, [1.0])
+    return claim.job.id
+
+
+def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage, toy, tmp_path, caplog):
+    """status, export --storage and --submit go on past one unreadable job or result; the rest still exports."""
+    from test_database import toy_entry
+
+    from tunekit.device import fingerprint
+
+    url = any_storage
+    queue = JobQueue(url)
+    jobs = _toy_jobs(4)
+    queue.submit(jobs)
+    good = [toy_entry(toy, fingerprint(), 1.0, rows=int(j.problem["rows"]), cols=int(j.problem["cols"])) for j in jobs]
+    _complete_with(queue, good[0].to_json())
+    bad_result = _complete_with(queue, {"key": 3})  # not an entry
+    rule_breaking = good[2].to_json()
+    rule_breaking["best"]["config"]["BLOCK"] = 64  # in the space, but wider than the row: breaks the rules
+    breaks_rules = _complete_with(queue, rule_breaking)
+    _complete_with(queue, good[3].to_json())
+    queue.study.enqueue_trial({}, user_attrs={JOB_ATTR: {"id": "not-a-job", "kernel": 5}})  # a job that is no job
+
+    result = run("status", "--storage", url, "--jobs")
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    warned = caplog.text  # the CLI shows tunekit's warnings on stderr (pytest captures them here)
+    assert f"job {bad_result}: unreadable result: result: field 'key' must be an object" in warned
+    assert f"job {breaks_rules}: unreadable result: result.best: config" in warned and "'block_fits_row'" in warned
+    assert "job not-a-job: its job is unreadable (a job's kernel must be a string, but got 5)" in warned
+    assert "unreadable result: result: field 'key'" in result.output  # the job's row says why too
+    assert re.search(r"default\s*│\s*0\s*│\s*0\s*│\s*4\s*│\s*0", result.output), result.output
+    assert "3 jobs with an unreadable job or result" in result.output
+
+    out = tmp_path / "fleet-db.json"
+    result = run("export", "--storage", url, "--out", str(out))
+    assert result.exit_code == 0 and "exported 2 entries" in result.output, result.output
+    assert "3 jobs left out: their job or result is unreadable" in result.output
+    assert {json.dumps(e["key"], sort_keys=True) for e in json.loads(out.read_text())["entries"]} == {
+        json.dumps(e.key.to_json(), sort_keys=True) for e in (good[0], good[3])
+    }
+
+    args = ["-k", "toy", "--trials", "4", "--sampler", "random", "--storage", url, "--submit", "-s", "9x9"]
+    result = run("tune", *args)
+    assert result.exit_code == 0 and "1 jobs queued" in result.output, result.output
+    # a worker fails the job that is no job, with its reason, and tunes the real one
+    report = work(url, timer=PlantedTimer(), say=lambda line: None)
+    assert report.done == 1
+    (failed,) = [t for t in queue.study.get_trials() if t.state == optuna.trial.TrialState.FAIL]
+    assert failed.user_attrs[ERROR_ATTR].startswith("malformed job: a job's kernel must be a string")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _orphan(queue: JobQueue, pid: int | None = None, host: str | None = None):
+    """Claim a job as a worker that then vanished: its owner record names a process that is gone."""
+    claim = queue.claim("vanished")
+    assert claim is not None
+    claim.stop()
+    owner = owner_record(claim.trial_id) | {"pid": pid or _dead_pid(), "start": None}
+    if host is not None:
+        owner["host"] = host
+    queue.storage.set_trial_user_attr(claim.trial_id, OWNER_ATTR, owner)
+    return claim
+
+
+def test_a_journal_job_whose_worker_is_gone_is_reclaimed_by_the_next_worker(tmp_path):
+    """No heartbeats on a journal: before claiming, a worker re-queues the jobs whose owner process is gone."""
+    url = str(tmp_path / "fleet.journal")
+    queue = JobQueue(url)
+    queue.submit(_toy_jobs(2))
+    _orphan(queue)
+    assert queue.counts() == {"queued": 1, "running": 1, "done": 0, "failed": 0}
+    status = run("status", "--storage", url, "--jobs")
+    assert "running (worker gone)" in status.output and "tunekit requeue --storage" in status.output, status.output
+    report = work(url, timer=PlantedTimer(), say=lambda line: None)
+    assert report.done == 2
+    assert queue.counts() == {"queued": 0, "running": 0, "done": 2, "failed": 0}
+    assert sorted(s.attempts for s in queue.jobs()) == [1, 2]
+    assert set(completions(url).values()) == {1}
+
+
+def test_reclaiming_stops_after_max_retries(tmp_path):
+    """A job whose workers keep dying is re-queued max_retries times, then stays failed with the reason."""
+    url = str(tmp_path / "fleet.journal")
+    queue = JobQueue(url, lease=Lease(max_retries=2))
+    queue.submit(_toy_jobs(1))
+    for _ in range(3):
+        _orphan(queue)
+        queue.reap()
+    (status,) = queue.jobs()
+    assert (status.state, status.attempts) == ("failed", 3)
+    assert status.error.startswith("its worker process (") and status.error.endswith(") is gone")
+    assert queue.claim("nobody") is None
+
+
+def test_a_live_worker_is_never_reclaimed(tmp_path):
+    url = str(tmp_path / "fleet.journal")
+    queue = JobQueue(url)
+    queue.submit(_toy_jobs(1))
+    claim = queue.claim("me")  # this process: alive
+    assert claim is not None
+    assert queue.reap() == [] and queue.counts()["running"] == 1
+    result = run("requeue", "--storage", url, "--stale")
+    assert result.exit_code == 0 and "0 jobs re-queued; 1 running jobs have a live worker here" in result.output
+    result = run("requeue", "--storage", url, "--job", claim.job.id[:8])
+    assert result.exit_code == 1 and "still runs" in result.output and "Traceback" not in result.output
+    _orphan_reused = owner_record(claim.trial_id) | {"start": -5}  # the pid is ours, but a newer process's
+    queue.storage.set_trial_user_attr(claim.trial_id, OWNER_ATTR, _orphan_reused)
+    assert [job.id for job in queue.reap()] == [claim.job.id]
+
+
+def test_requeue_by_hand(tmp_path):
+    """--stale for workers of this machine that are gone; --job for one whose worker ran elsewhere. The original
+    can never complete afterwards, so a worker that was alive after all cannot complete the job twice."""
+    url = str(tmp_path / "fleet.journal")
+    queue = JobQueue(url)
+    queue.submit(_toy_jobs(3))
+    here = _orphan(queue)
+    elsewhere = _orphan(queue, host="another-machine")
+    result = run("requeue", "--storage", url, "--stale")
+    assert result.exit_code == 0, result.output
+    assert f"re-queued job {here.job.id[:12]}" in result.output
+    assert "1 jobs re-queued; 1 running jobs have a live worker here or one this machine cannot check" in result.output
+    result = run("requeue", "--storage", url, "--job", elsewhere.job.id[:10])
+    assert result.exit_code == 0 and f"re-queued job {elsewhere.job.id[:12]}" in result.output, result.output
+    assert queue.counts() == {"queued": 3, "running": 0, "done": 0, "failed": 0}
+    from test_database import toy_entry
+
+    from tunekit.device import fingerprint
+
+    problem = elsewhere.job.problem
+    late = toy_entry(toy_spec(), fingerprint(), 1.0, rows=int(problem["rows"]), cols=int(problem["cols"]))
+    assert queue.complete(elsewhere, late) is False  # its worker came back: too late
+    for args, message in [
+        (["requeue", "--storage", url], "requeue needs --job ID or --stale"),
+        (["requeue", "--storage", url, "--stale", "--job", "ab"], "requeue needs --job ID or --stale"),
+        (["requeue", "--storage", url, "--job", "zzzz"], "no queue of"),
+        (["requeue", "--storage", url, "--job", here.job.id], "is queued, not running"),
+    ]:
+        result = run(*args)
+        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_sigkilled_journal_worker_s_job_is_requeued_and_done_once(tmp_path):
+    """The issue's case: a worker killed on a journal storage left its job running for good."""
+    url = str(tmp_path / "fleet.journal")
+    victim, queue = start_victim(url, tmp_path)
+    victim.kill()
+    victim.wait()
+    assert queue.counts()["running"] == 1  # nothing else would ever move it
+    result = run("requeue", "--storage", url, "--stale")
+    assert result.exit_code == 0 and "1 jobs re-queued" in result.output, result.output
+    assert wait_all([start_worker(url, tmp_path / "helper.log")]) == [0]
+    done = completions(url)
+    assert len(done) == len(SHAPES) and set(done.values()) == {1}
+    assert sorted(s.attempts for s in queue.jobs()) == [1] * (len(SHAPES) - 1) + [2]
+
+
+def toy_spec():
+    from tunekit.registry import get_spec
+
+    return get_spec("toy")

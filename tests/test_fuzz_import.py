@@ -3,6 +3,10 @@
 Documents start valid and are then damaged anywhere: wrong types, huge or non-finite numbers, deep nesting, unknown
 kernels, configs outside the space, junk bytes. Whatever happens, no other exception escapes, a refused file
 writes nothing, and an accepted one leaves only entries that validate again.
+
+`test_the_local_best_is_served_after_any_import` builds documents of entries that break the space's rules, times
+below the physical floor, another timer's times, one key twice, and duplicate JSON keys, over a store holding a
+tuned best; afterwards dispatch (`tunekit.dispatch.resolve`) serves exactly what the rules say it must.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from test_database import toy_entry
 
+from tunekit import database
 from tunekit.database import document, import_document, validate_entry
 from tunekit.device import fingerprint
+from tunekit.dispatch import resolve
 from tunekit.errors import DatabaseError, TunekitError
 from tunekit.store import Store
 
@@ -136,14 +142,17 @@ def test_a_config_is_accepted_exactly_when_it_is_in_the_space(toy, tmp_path_fact
         member = True
     except TunekitError:
         member = False
+    # A config that ran (the best, an "ok" trial) must also pass the rules (BLOCK <= cols = 32); trials[1] is
+    # "wrong": membership only.
+    valid = member and (where == "trial" or toy.space.is_valid(config, {"rows": 8, "cols": 32}, fingerprint()))
     tmp = tmp_path_factory.mktemp("fuzz")
     path = tmp / "db.json"
     path.write_text(json.dumps(doc))
     with Store(tmp / "store") as store:
-        if member:
-            assert import_document(store, path) == (2, 2)
+        if valid:
+            assert import_document(store, path).added == 2
         else:
-            with pytest.raises(DatabaseError, match="outside the toy space"):
+            with pytest.raises(DatabaseError, match="outside the toy space" if not member else "breaks the toy"):
                 import_document(store, path)
             assert len(store) == 0
 
@@ -155,19 +164,30 @@ def test_a_config_is_accepted_exactly_when_it_is_in_the_space(toy, tmp_path_fact
 )
 def test_a_problem_value_of_the_wrong_type_or_range_is_refused(toy, tmp_path_factory, field, value):
     doc = _valid_document(toy)
-    doc["entries"][1]["key"]["problem"][field] = value
+    problem = doc["entries"][1]["key"]["problem"]
+    problem[field] = value
     want = int if field in ("rows", "cols") else str
     ok = type(value) is want and (want is str or 0 <= value < 2**40)
     tmp = tmp_path_factory.mktemp("fuzz")
     path = tmp / "db.json"
     path.write_text(json.dumps(doc))
     with Store(tmp / "store") as store:
-        if ok:
-            assert import_document(store, path)[0] == 2
-        else:
+        if not ok:
             with pytest.raises(DatabaseError, match=f"key.problem.{field} must be"):
                 import_document(store, path)
-            assert len(store) == 0
+        elif problem == doc["entries"][0]["key"]["problem"]:
+            with pytest.raises(DatabaseError, match="the same key as entry 0"):
+                import_document(store, path)
+        elif problem["cols"] < 16:  # the entry's BLOCK is 16: the rule BLOCK <= cols
+            with pytest.raises(DatabaseError, match="breaks the toy space's rule 'block_fits_row'"):
+                import_document(store, path)
+        elif database.time_floor_ms(toy, problem) > 1.0:  # its 1 ms is faster than its bytes at 20 TB/s
+            with pytest.raises(DatabaseError, match="physical floor"):
+                import_document(store, path)
+        else:
+            assert import_document(store, path).read == 2
+            return
+        assert len(store) == 0
 
 
 @FUZZ
@@ -233,3 +253,125 @@ def test_wrong_types_and_values_name_the_rule(toy, tmp_path, mutate, message):
         import_document(store, path)
     with Store() as store:
         assert list(store.entries()) == []
+
+
+# --- the previous best is still what is served ---------------------------------------------------------------------
+
+LOCAL_PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
+LOCAL_BEST = {"BLOCK": 4, "variant": "a", "num_warps": 1}
+LOCAL_TIMER = "interpreter-wall-clock"
+
+imported_entries = st.fixed_dictionaries(
+    {
+        "rows": st.sampled_from([8, 8, 8, 16, 32, 64]),  # mostly the local problem's key (rows 8, cols 32)
+        "cols": st.sampled_from([32, 32, 32, 32, 8]),  # 8: BLOCK > 8 breaks the rule block_fits_row
+        "BLOCK": st.sampled_from([1, 2, 4, 8, 8, 16, 16, 32, 32, 64]),  # 64 > 32 breaks it for the local problem too
+        "variant": st.sampled_from(["a", "b"]),
+        "num_warps": st.sampled_from([1, 2, 4, 8]),
+        # below the 1 us floor, then valid times on both sides of the local best's 2.0 ms
+        "time_ms": st.sampled_from([5e-324, 0.0009, 0.001, 0.01, 0.25, 0.5, 1.0, 1.5, 1.999, 2.0, 3.0, 10.0]),
+        "timer": st.sampled_from([LOCAL_TIMER] * 3 + ["cuda-events-median-l2-flushed", None]),
+        "trial_breaks_rule": st.sampled_from([False] * 7 + [True]),
+    }
+)
+
+
+def _imported(toy, item: dict):
+    config = {"BLOCK": item["BLOCK"], "variant": item["variant"], "num_warps": item["num_warps"]}
+    entry = toy_entry(toy, fingerprint(), item["time_ms"], rows=item["rows"], cols=item["cols"], timer=item["timer"])
+    data = entry.to_json()
+    data["best"]["config"] = config
+    data["trials"][0]["config"] = dict(config)
+    if item["trial_breaks_rule"]:  # an "ok" trial of another config that breaks the rule
+        data["trials"].append({"config": {**config, "BLOCK": 64}, "status": "ok", "time_ms": 1.0, "error": None})
+    if item["timer"] is None:
+        del data["provenance"]["timer"]
+    return data
+
+
+def _cleaned(items: list[dict]) -> list[dict]:
+    """The items with no damage: BLOCK within the row, times at or above the floor, each key once, no bad trial."""
+    kept: dict[tuple[int, int], dict] = {}
+    for item in items:
+        block = min(item["BLOCK"], item["cols"])
+        fixed = item | {"BLOCK": block, "time_ms": max(item["time_ms"], 0.001), "trial_breaks_rule": False}
+        kept.setdefault((item["rows"], item["cols"]), fixed)
+    return list(kept.values())
+
+
+def _refused(toy, items: list[dict], duplicate_json_key: bool) -> bool:
+    keys = [(i["rows"], i["cols"]) for i in items]
+    for item in items:
+        problem = {"rows": item["rows"], "cols": item["cols"], "dtype": "float32"}
+        if item["BLOCK"] > item["cols"] or (item["trial_breaks_rule"] and item["cols"] < 64):
+            return True
+        if item["time_ms"] < database.time_floor_ms(toy, problem):
+            return True
+    return duplicate_json_key or len(set(keys)) != len(keys)
+
+
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=st.lists(imported_entries, min_size=1, max_size=3), duplicate_json_key=st.booleans(), clean=st.booleans())
+def test_the_local_best_is_served_after_any_import(toy, tmp_path_factory, items, duplicate_json_key, clean):
+    """Over a tuned local best (2.0 ms by the interpreter's timer): a document breaking any rule is refused whole;
+    an accepted one replaces the served config only with a faster one measured by the same timer.
+
+    Half the documents are cleaned of every damage (so that about half are imported, and both branches run)."""
+    if clean:
+        items, duplicate_json_key = _cleaned(items), False
+    tmp = tmp_path_factory.mktemp("fuzz")
+    device = fingerprint()
+    local = toy_entry(toy, device, 2.0, block=LOCAL_BEST["BLOCK"], rows=8, timer=LOCAL_TIMER)
+    local = type(local)(local.key, dict(LOCAL_BEST), 2.0, local.device, local.provenance, local.trials)
+    text = json.dumps(document([]) | {"entries": [_imported(toy, item) for item in items]})
+    if duplicate_json_key:  # a second "time_ms" in the first best: json.loads would keep the last silently
+        text = text.replace('"best": {', '"best": {"time_ms": 0.5, ', 1)
+    path = tmp / "db.json"
+    path.write_text(text)
+    with Store(tmp / "store") as store:
+        store.put(local)
+        before = _snapshot(store)
+        try:
+            result = import_document(store, path)
+        except DatabaseError as exc:
+            assert "\n" not in str(exc)
+            assert _refused(toy, items, duplicate_json_key), f"refused a valid document: {exc}"
+            event("refused")
+            assert _snapshot(store) == before
+            served = resolve(toy, LOCAL_PROBLEM, device, store)
+            assert (served.layer, dict(served.config)) == ("cache", LOCAL_BEST)
+            return
+        assert not _refused(toy, items, duplicate_json_key), "accepted a document that breaks a rule"
+        event(
+            "accepted: a faster import serves"
+            if any(
+                i["timer"] == LOCAL_TIMER and i["time_ms"] < 2.0 and (i["rows"], i["cols"]) == (8, 32) for i in items
+            )
+            else "accepted: the local best still serves"
+        )
+        assert result.read == len(items) == result.added + result.improved + result.kept
+        served = resolve(toy, LOCAL_PROBLEM, device, store)
+        assert served.layer == "cache" and toy.space.is_valid(served.config, LOCAL_PROBLEM, device)
+        mine = [i for i in items if (i["rows"], i["cols"]) == (8, 32)]
+        faster = [i for i in mine if i["timer"] == LOCAL_TIMER and i["time_ms"] < 2.0]
+        if faster:
+            (item,) = faster
+            want = {"BLOCK": item["BLOCK"], "variant": item["variant"], "num_warps": item["num_warps"]}
+            assert dict(served.config) == want and served.entry.time_ms == item["time_ms"]
+            assert result.improved == 1
+        else:
+            assert dict(served.config) == LOCAL_BEST and served.entry.time_ms == 2.0
+            assert result.kept == len(mine)
+
+
+def test_a_rule_breaking_entry_already_in_the_store_is_never_served(toy):
+    """Serving checks the rules too (tunekit.dispatch.resolve): an entry written past import (an older tunekit,
+    a hand-edited store) with a config that breaks the rules for its problem falls through to the next layer."""
+    device = fingerprint()
+    bad = toy_entry(toy, device, 0.001, rows=8)
+    bad = type(bad)(bad.key, {"BLOCK": 64, "variant": "a", "num_warps": 1}, 0.001, bad.device, bad.provenance, ())
+    with Store() as store:
+        store.put(bad)
+        assert store.get(bad.key) is not None  # stored, and readable: membership is all the store checks
+        served = resolve(toy, LOCAL_PROBLEM, device, store)
+    assert served.layer != "cache" and toy.space.is_valid(served.config, LOCAL_PROBLEM, device)

@@ -9,6 +9,9 @@ result must have torch's shape and dtype and match torch computed in float64 (Na
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tunekit.ops as ops
-from tunekit.errors import TunekitError
+from tunekit.errors import AutogradUnsupportedError, TunekitError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on the NaN and inf inputs
 
@@ -222,3 +225,347 @@ def test_gelu(x, approximate, grad):
 def test_bad_inputs_are_clear_errors(call):
     with pytest.raises(TunekitError):
         call()
+
+
+# --- every op of tunekit.ops, requires_grad included -----------------------------------------------------------------
+#
+# CASES maps each public op (tunekit.ops.__all__) to a strategy drawing one call: its tensors, the tunekit call and
+# torch's float64 reference. The test is parametrized over tunekit.ops.__all__ itself, so an op added there without a
+# case here fails (KeyError), as does `test_every_op_has_a_case`. Drawn calls hold awkward shapes and layouts, dtypes
+# and devices the ops refuse, and (for half of them) inputs that require grad. Whatever the op does:
+# - it raises a one-line TunekitError (AutogradUnsupportedError only when an input requires grad in grad mode), or
+# - its result has torch's shape and dtype and matches torch in float64 (NaN where torch has NaN), and
+# - when an input requires grad, the result is attached to the graph (never silently detached) and the gradient of
+#   every input matches torch's float64 gradient.
+
+GRAD_TOLERANCE = {torch.float32: (2e-3, 2e-3), torch.float16: (3e-2, 3e-2), torch.bfloat16: (1.5e-1, 6e-2)}
+# the norms' eps, wider than anyone's default: 0 (a constant row divides by zero: torch says NaN or inf too), tiny,
+# usual, large (eps dominating the variance)
+NORM_EPS = [0.0, 1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 0.1, 1.0, 1e3]
+POINTWISE_ACTIVATIONS = ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"]
+GEMM_ACTIVATIONS = [None, "none", "relu", "gelu", "gelu_tanh", "silu"]
+OPS_INPUTS_TRIED = {"calls": 0}
+
+
+@dataclass
+class Call:
+    tensors: dict[str, torch.Tensor | None]
+    run: Callable[[dict[str, Any]], Any]  # the tunekit call
+    reference: Callable[[dict[str, Any]], Any]  # torch on the float64 copies of the tensors (may raise: refuses)
+    out_dtype: torch.dtype | None = None  # the result's dtype (default: the first tensor's)
+    gemm: bool = False  # a matrix product: tolerance grows with K
+
+
+def _param(draw: st.DrawFn, x: torch.Tensor, shape: list[int], seed: int) -> torch.Tensor | None:
+    """A weight/bias-like operand of `shape` for input x: usually right, sometimes absent, misshapen or of another
+    dtype."""
+    kind = draw(st.sampled_from(["ok"] * 6 + ["none", "wrong-shape", "other-dtype"]))
+    if kind == "none":
+        return None
+    size = [s + 1 for s in shape] if kind == "wrong-shape" else shape
+    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    if kind == "other-dtype":
+        dtype = torch.float16 if dtype != torch.float16 else torch.float32
+    g = torch.Generator().manual_seed(seed)
+    device = "cpu" if x.device.type == "cpu" else x.device
+    return torch.randn(size, generator=g).to(dtype).to(device)
+
+
+def _normalized(draw: st.DrawFn, x: torch.Tensor) -> list[int]:
+    k = min(draw(st.sampled_from([1, 1, 1, 2, 0])), x.dim())
+    return list(x.shape[x.dim() - k :]) if k > 0 else [7]  # k == 0: a normalized_shape that does not match
+
+
+@st.composite
+def layer_norm_calls(draw: st.DrawFn) -> Call:
+    x = draw(tensors())
+    shape = _normalized(draw, x)
+    eps = draw(st.sampled_from(NORM_EPS))
+    t = {"x": x, "w": _param(draw, x, shape, 1), "b": _param(draw, x, shape, 2)}
+    return Call(
+        t,
+        lambda t: ops.layer_norm(t["x"], shape, t["w"], t["b"], eps),
+        lambda t: F.layer_norm(t["x"], shape, t["w"], t["b"], eps),
+    )
+
+
+@st.composite
+def rms_norm_calls(draw: st.DrawFn) -> Call:
+    x = draw(tensors())
+    shape = _normalized(draw, x)
+    eps = draw(st.sampled_from([None, *NORM_EPS]))
+    # eps None is finfo(input dtype).eps: the reference, in float64, needs it spelled out
+    ref_eps = eps if eps is not None or not x.dtype.is_floating_point else torch.finfo(x.dtype).eps
+    t = {"x": x, "w": _param(draw, x, shape, 1)}
+    return Call(
+        t,
+        lambda t: ops.rms_norm(t["x"], shape, t["w"], eps),
+        lambda t: F.rms_norm(t["x"], shape, t["w"], ref_eps),
+    )
+
+
+def _dim(draw: st.DrawFn, x: torch.Tensor) -> int:
+    dim = draw(st.integers(-4, 3))
+    return dim % max(x.dim(), 1) if draw(st.sampled_from([True, True, True, False])) else dim
+
+
+@st.composite
+def softmax_calls(draw: st.DrawFn, log: bool) -> Call:
+    x = draw(tensors())
+    dim = _dim(draw, x)
+    dtype = draw(st.sampled_from([None, None, torch.float32, torch.float16]))
+    op, ref = (ops.log_softmax, torch.log_softmax) if log else (ops.softmax, torch.softmax)
+    return Call(
+        {"x": x},
+        lambda t: op(t["x"], dim, dtype=dtype),
+        lambda t: ref(t["x"].to(dtype or x.dtype).double(), dim),
+        out_dtype=dtype or x.dtype,
+    )
+
+
+@st.composite
+def sum_mean_calls(draw: st.DrawFn, mean: bool) -> Call:
+    x = draw(tensors())
+    rank = max(x.dim(), 1)
+    dim = draw(st.one_of(st.integers(-4, 3), st.none(), st.lists(st.integers(-3, 2), min_size=1, max_size=2)))
+    if draw(st.sampled_from([True, True, True, False])):
+        dim = dim % rank if isinstance(dim, int) else tuple(sorted({d % rank for d in dim})) if dim else dim
+    elif isinstance(dim, list):
+        dim = tuple(dim)
+    keepdim = draw(st.booleans())
+    dtype = draw(st.sampled_from([None, None, torch.float32, torch.bfloat16]))
+    op, ref = (ops.mean, torch.mean) if mean else (ops.sum, torch.sum)
+    return Call(
+        {"x": x},
+        lambda t: op(t["x"], dim, keepdim, dtype=dtype),
+        lambda t: ref(t["x"].to(dtype or x.dtype).double(), dim, keepdim),
+        out_dtype=dtype or x.dtype,
+    )
+
+
+@st.composite
+def max_calls(draw: st.DrawFn) -> Call:
+    x = draw(tensors())
+    dim = _dim(draw, x)
+    keepdim = draw(st.booleans())
+    return Call({"x": x}, lambda t: ops.max(t["x"], dim, keepdim), lambda t: torch.max(t["x"], dim, keepdim))
+
+
+def _activation_ref(v: torch.Tensor, activation: str | None) -> torch.Tensor:
+    table = {
+        "relu": F.relu,
+        "gelu": F.gelu,
+        "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
+        "silu": F.silu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+    }
+    if activation in (None, "none"):
+        return v
+    if activation not in table:
+        raise ValueError(activation)  # torch has no such activation: the reference refuses too
+    return table[activation](v)
+
+
+@st.composite
+def gelu_calls(draw: st.DrawFn) -> Call:
+    x = draw(tensors())
+    approximate = draw(st.sampled_from(["none", "tanh", "none", "exact"]))
+    return Call({"x": x}, lambda t: ops.gelu(t["x"], approximate), lambda t: F.gelu(t["x"], approximate=approximate))
+
+
+@st.composite
+def bias_act_calls(draw: st.DrawFn, residual: bool) -> Call:
+    x = draw(tensors())
+    t = {"x": x, "b": _param(draw, x, list(x.shape[-1:]), 1)}
+    if residual:
+        t["r"] = _param(draw, x, list(x.shape), 2)
+    activation = draw(st.sampled_from([*POINTWISE_ACTIVATIONS, "swish"]))
+    scale = draw(st.sampled_from([1.0, 0.5, -2.0, 3]))
+
+    def ref(t: dict[str, Any]) -> torch.Tensor:
+        if t["b"] is not None and t["x"].dim() == 0:
+            raise ValueError("no last dim to add a bias over")
+        v = t["x"] * scale + (t["b"] if t["b"] is not None else 0)
+        v = _activation_ref(v, activation)
+        return v + t["r"] if residual else v
+
+    if residual:
+        return Call(t, lambda t: ops.bias_act_residual(t["x"], t["b"], t["r"], activation, scale=scale), ref)
+    return Call(t, lambda t: ops.bias_act(t["x"], t["b"], activation, scale=scale), ref)
+
+
+GEMM_SIZES = [0, 1, 2, 3, 5, 8, 17]
+
+
+def _matrix(draw: st.DrawFn, rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    layout = draw(st.sampled_from(["contiguous", "contiguous", "transposed", "strided"]))
+    if rows == 0 or cols == 0:
+        layout = "contiguous"
+    return _make([rows, cols], dtype, layout, False, seed)
+
+
+@st.composite
+def matmul_calls(draw: st.DrawFn) -> Call:
+    m, n, k = (draw(st.sampled_from(GEMM_SIZES)) for _ in range(3))
+    dtype = draw(st.sampled_from(DTYPES))
+    a = _matrix(draw, m, k, dtype, 1)
+    b = _matrix(draw, k + draw(st.sampled_from([0, 0, 0, 0, 1])), n, dtype, 2)  # sometimes K does not match
+    t = {"a": a, "b": b, "bias": _param(draw, a, [n], 3), "r": _param(draw, a, [m, n], 4)}
+    activation = draw(st.sampled_from(GEMM_ACTIVATIONS))
+    alpha, beta = draw(st.sampled_from([1.0, 0.5])), draw(st.sampled_from([1.0, -1.0]))
+
+    def ref(t: dict[str, Any]) -> torch.Tensor:
+        v = alpha * (t["a"] @ t["b"]) + (t["bias"] if t["bias"] is not None else 0)
+        v = _activation_ref(v, activation)
+        return v + beta * t["r"] if t["r"] is not None else v
+
+    run = lambda t: ops.matmul(  # noqa: E731
+        t["a"], t["b"], bias=t["bias"], activation=activation, alpha=alpha, beta=beta, residual=t["r"]
+    )
+    return Call(t, run, ref, gemm=True)
+
+
+@st.composite
+def linear_calls(draw: st.DrawFn) -> Call:
+    lead = draw(st.lists(st.sampled_from(GEMM_SIZES), min_size=0, max_size=2))
+    k, n = draw(st.sampled_from(GEMM_SIZES)), draw(st.sampled_from(GEMM_SIZES))
+    dtype = draw(st.sampled_from(DTYPES))
+    x = _make([*lead, k], dtype, draw(st.sampled_from(["contiguous", "strided", "expanded"])), False, 1)
+    w = _matrix(draw, n, k + draw(st.sampled_from([0, 0, 0, 0, 1])), dtype, 2)
+    t = {"x": x, "w": w, "b": _param(draw, x, [n], 3), "r": _param(draw, x, [*lead, n], 4)}
+    activation = draw(st.sampled_from(GEMM_ACTIVATIONS))
+
+    def ref(t: dict[str, Any]) -> torch.Tensor:
+        v = _activation_ref(F.linear(t["x"], t["w"], t["b"]), activation)
+        return v + t["r"] if t["r"] is not None else v
+
+    return Call(t, lambda t: ops.linear(t["x"], t["w"], t["b"], activation, t["r"]), ref, gemm=True)
+
+
+CASES: dict[str, Callable[[], st.SearchStrategy[Call]]] = {
+    "bias_act": lambda: bias_act_calls(residual=False),
+    "bias_act_residual": lambda: bias_act_calls(residual=True),
+    "gelu": gelu_calls,
+    "layer_norm": layer_norm_calls,
+    "linear": linear_calls,
+    "log_softmax": lambda: softmax_calls(log=True),
+    "matmul": matmul_calls,
+    "max": max_calls,
+    "mean": lambda: sum_mean_calls(mean=True),
+    "rms_norm": rms_norm_calls,
+    "softmax": lambda: softmax_calls(log=False),
+    "sum": lambda: sum_mean_calls(mean=False),
+}
+
+
+def test_every_op_has_a_case():
+    """A new op in tunekit.ops is fuzzed only once it has a case here: its absence fails the suite."""
+    public = {name for name in ops.__all__ if callable(getattr(ops, name))}
+    assert public == set(CASES), f"ops without a fuzz case: {sorted(public - set(CASES))}"
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, tolerance: tuple[float, float], what: str) -> None:
+    """Equal NaN positions, and within tolerance elsewhere (atol scaled by the reference's magnitude)."""
+    g, w = got.detach().double(), want.detach().double()
+    assert bool((torch.isnan(g) == torch.isnan(w)).all()), f"{what}: NaN where torch has none, or the other way"
+    finite = w[torch.isfinite(w)]
+    peak = float(finite.abs().max()) if finite.numel() else 0.0
+    atol, rtol = tolerance[0] * max(1.0, peak), tolerance[1]
+    close = torch.isclose(g, w, atol=atol, rtol=rtol) | (torch.isnan(g) & torch.isnan(w))
+    assert bool(close.all()), f"{what}: max error {(g - w).abs().nan_to_num(0).max().item():.3g} over tolerance"
+
+
+def _runs_in_float64(t: torch.Tensor | None) -> bool:
+    return t is None or (t.device.type == "cpu" and t.dtype in TOLERANCE)
+
+
+def _check_call(call: Call, grad: bool, seed: int) -> None:
+    OPS_INPUTS_TRIED["calls"] += 1
+    leaves: dict[str, Any] = dict(call.tensors)
+    if grad:
+        for name, t in leaves.items():
+            finite = t is not None and (t.device.type == "meta" or bool(torch.isfinite(t).all()))
+            if finite and t.dtype.is_floating_point:  # gradients through NaN and inf compare nothing useful
+                leaves[name] = t.detach().requires_grad_(True)
+    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in leaves.values())
+    try:
+        got = call.run(leaves)
+    except AutogradUnsupportedError as exc:
+        assert wants_grad, f"refused autograd without an input that requires grad: {exc}"
+        assert "does not support autograd yet" in str(exc) and "\n" not in str(exc)
+        event("refused: no autograd yet")
+        return
+    except TunekitError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        event("refused")
+        return
+    values, indices = (got[0], got[1]) if isinstance(got, tuple) else (got, None)
+    if not all(_runs_in_float64(t) for t in leaves.values()):
+        raise AssertionError("tunekit returned a result for an input torch cannot take here")
+    leaves64 = {
+        name: None if t is None else t.detach().double().requires_grad_(t.requires_grad) for name, t in leaves.items()
+    }
+    want = _torch_or_none(lambda: call.reference(leaves64))
+    assert want is not None, "tunekit returned a result where torch refuses the input"
+    want_values, want_indices = (want[0], want[1]) if isinstance(want, tuple) else (want, None)
+    first = next(t for t in leaves.values() if t is not None)
+    out_dtype = call.out_dtype or first.dtype
+    assert values.shape == want_values.shape and values.dtype == out_dtype, (values.shape, values.dtype)
+    tolerance = TOLERANCE[out_dtype]
+    if call.gemm:  # K products summed: fp32 accumulation of low-precision rounding grows with K
+        tolerance = (tolerance[0] * 4, tolerance[1] * 4)
+    _close(values, want_values.to(out_dtype), tolerance, "forward")
+    if indices is not None:
+        assert torch.equal(indices, want_indices), "max: indices differ from torch's"
+    event("compared")
+    if not wants_grad:
+        return
+    assert values.requires_grad, "an input requires grad, but the result is detached from the graph"
+    if values.numel() == 0:
+        return
+    g = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(values.shape, generator=g, dtype=torch.float64)
+    names = [name for name, t in leaves.items() if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(values, [leaves[n] for n in names], upstream.to(values.dtype), allow_unused=True)
+    want_grads = torch.autograd.grad(want_values, [leaves64[n] for n in names], upstream, allow_unused=True)
+    for name, got_grad, want_grad in zip(names, grads, want_grads):
+        leaf = leaves[name]
+        got_grad = torch.zeros_like(leaf) if got_grad is None else got_grad
+        want_grad = torch.zeros_like(leaves64[name]) if want_grad is None else want_grad
+        assert got_grad.shape == leaf.shape and got_grad.dtype == leaf.dtype, (name, got_grad.shape, got_grad.dtype)
+        _close(got_grad, want_grad, GRAD_TOLERANCE[leaf.dtype], f"gradient of {name}")
+    event(f"gradients compared ({str(first.dtype).removeprefix('torch.')})")
+
+
+OPS_FUZZ = settings(
+    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.mark.parametrize("name", ops.__all__)
+@OPS_FUZZ
+@given(data=st.data(), grad=st.booleans(), seed=st.integers(0, 2**16))
+def test_every_op_matches_torch_or_refuses(name, data, grad, seed):
+    call = data.draw(CASES[name](), label=name)
+    _check_call(call, grad, seed)
+
+
+def test_linear_and_matmul_train_instead_of_detaching():
+    """The issue's case: linear and matmul returned requires_grad=False for inputs that require grad."""
+    a, w, b = torch.randn(4, 8, requires_grad=True), torch.randn(3, 8), torch.randn(3, requires_grad=True)
+    r = torch.randn(4, 3, requires_grad=True)
+    calls = [
+        (lambda: ops.linear(a, w), [a]),
+        (lambda: ops.matmul(a, w.T), [a]),
+        (lambda: ops.linear(a.detach(), w, b), [b]),
+        (lambda: ops.matmul(a.detach(), w.T, residual=r), [r]),
+    ]
+    for call, leaves in calls:
+        out = call()
+        assert out.requires_grad
+        grads = torch.autograd.grad(out.sum(), leaves)
+        assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    with torch.no_grad():  # no grad mode: nothing to detach from
+        assert not ops.linear(a, w).requires_grad
+    assert not ops.linear(a.detach(), w).requires_grad

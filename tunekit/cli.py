@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from tunekit import settings
 from tunekit.errors import InvalidShapeError, TunekitError
+from tunekit.render import markup, plain
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec
 
@@ -40,7 +42,7 @@ def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
         except TunekitError as exc:
             if settings.debug():
                 raise
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            err_console.print(f"error: {plain(exc)}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -271,7 +273,7 @@ def _tune_fleet(
     )
     q = JobQueue(url, queue)
     added, skipped = q.submit(jobs)
-    console.print(f"queue {queue!r} at {url}: {added} jobs queued, {skipped} already queued, running or done")
+    console.print(markup(f"queue {queue!r} at {url}: {added} jobs queued, {skipped} already queued, running or done"))
     if workers is None:
         return
     try:
@@ -288,11 +290,11 @@ def _tune_fleet(
         spec = next(spec for spec, _ in work_list if spec.name == s.job.kernel)
         table.add_row(
             s.job.kernel,
-            spec.describe_problem(s.job.problem),
-            s.state if s.state != "failed" else f"failed: {s.error}",
+            markup(spec.describe_problem(s.job.problem)),
+            markup(f"{s.state}: {s.error}" if s.error else s.state),
             f"{s.entry.time_ms:.4f}" if s.entry else "-",
             _show_config(spec, s.entry.config) if s.entry else "-",
-            s.worker,
+            markup(s.worker),
         )
     console.print(table)
     crashed = [f"worker {i} (exit status {code})" for i, code in enumerate(exits) if code != 0]
@@ -325,7 +327,7 @@ def worker(
     terms = Lease(heartbeat, lease, max_retries)
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
     try:
-        work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(line, flush=True))
+        work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(plain(line), flush=True))
     except KeyboardInterrupt:
         err_console.print("worker interrupted: its job went back to the queue")
         raise typer.Exit(130) from None
@@ -342,33 +344,93 @@ def status(
 
     names = [queue] if queue is not None else queue_names(storage)
     if not names:
-        console.print(f"no queues in {storage}")
+        console.print(markup(f"no queues in {storage}"))
         return
     queues = [JobQueue(storage, name, create=False) for name in names]
-    table = Table(title=f"jobs in {storage}")
+    statuses = {q.name: q.jobs() for q in queues}  # an unreadable job or result: warned about, never a traceback
+    table = Table(title=markup(f"jobs in {storage}"))
     for col in ("queue", *STATES):
         table.add_column(col)
     for q in queues:
-        counts = q.counts()
-        table.add_row(q.name, *(str(counts[state]) for state in STATES))
+        counts = dict.fromkeys(STATES, 0) | Counter(s.state for s in statuses[q.name])
+        table.add_row(markup(q.name), *(str(counts[state]) for state in STATES))
     console.print(table)
-    if not jobs:
-        return
-    table = Table(title="jobs")
-    for col in ("queue", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"):
-        table.add_column(col)
-    for name, s in ((q.name, s) for q in queues for s in q.jobs()):
-        table.add_row(
-            name,
-            s.job.kernel,
-            ",".join(f"{k}={v}" for k, v in s.job.problem.items()),
-            s.state,
-            str(s.attempts),
-            f"{s.entry.time_ms:.4f}" if s.entry else "-",
-            s.worker,
-            s.error,
+    if jobs:
+        table = Table(title="jobs")
+        for col in ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"):
+            table.add_column(col)
+        for name, s in ((name, s) for name, group in statuses.items() for s in group):
+            table.add_row(
+                markup(name),
+                s.job.id[:12],
+                markup(s.job.kernel),
+                markup(",".join(f"{k}={v}" for k, v in s.job.problem.items())),
+                s.state + (" (worker gone)" if s.owner_gone else ""),
+                str(s.attempts),
+                f"{s.entry.time_ms:.4f}" if s.entry else "-",
+                markup(s.worker),
+                markup(s.error),
+            )
+        console.print(table)
+    gone = sum(s.owner_gone for group in statuses.values() for s in group)
+    if gone:
+        console.print(
+            markup(
+                f"{gone} running jobs belong to worker processes that are gone: `tunekit requeue --storage "
+                f"{storage} --stale` queues them again"
+            )
         )
-    console.print(table)
+    skipped = sum(len(q.skipped) for q in queues)
+    if skipped:
+        console.print(f"{skipped} jobs with an unreadable job or result (see the warnings above)")
+
+
+@command()
+def requeue(
+    storage: FleetStorageOpt,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    job: Annotated[
+        str | None,
+        typer.Option("--job", help="Queue this running job again (its id, or a prefix: `tunekit status --jobs`)."),
+    ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option("--stale", help="Queue again every running job whose worker process is gone (this machine)."),
+    ] = False,
+) -> None:
+    """Queue again jobs stuck as running because their worker was killed (on a journal storage, nothing else does).
+
+    --stale finds the jobs whose worker ran on this machine and is gone. A job whose worker ran on another machine
+    is re-queued by --job ID, once you know the worker is gone: if it is not, it can no longer complete that job.
+    """
+    from tunekit.fleet import JobQueue, queue_names
+
+    if (job is None) == (not stale):
+        raise TunekitError("requeue needs --job ID or --stale (one of them)")
+    names = [queue] if queue is not None else queue_names(storage)
+    if not names:
+        raise TunekitError(f"no queues in {storage}")
+    queues = [JobQueue(storage, name, create=False) for name in names]
+    if job is not None:
+        found = [q for q in queues if any(s.job.id.startswith(job) for s in q.jobs())]
+        if len(found) != 1:
+            where = "no queue" if not found else f"{len(found)} queues ({[q.name for q in found]})"
+            raise TunekitError(
+                f"{where} of {storage} holds a job with an id starting {job!r}; see `tunekit status --jobs`"
+            )
+        requeued = found[0].requeue(job)
+        console.print(markup(f"re-queued job {requeued.id[:12]} ({requeued.describe()}) in queue {found[0].name!r}"))
+        return
+    count = 0
+    for q in queues:
+        for requeued in q.reclaim(max_retry=None):
+            count += 1
+            console.print(markup(f"re-queued job {requeued.id[:12]} ({requeued.describe()}) in queue {q.name!r}"))
+    unknown = sum(s.state == "running" and not s.owner_gone for q in queues for s in q.jobs())
+    console.print(
+        f"{count} jobs re-queued; {unknown} running jobs have a live worker here or one this machine cannot check"
+        + (" (re-queue those by --job ID once their worker is gone)" if unknown else "")
+    )
 
 
 @command()
@@ -400,9 +462,9 @@ def plan(
         for col in ("kernel", "problem"):
             table.add_column(col)
         for name, problem in problems:
-            table.add_row(name, get_spec(name).describe_problem(problem))
+            table.add_row(name, markup(get_spec(name).describe_problem(problem)))
         console.print(table)
-        console.print(f"{len(problems)} problems in {file}")
+        console.print(markup(f"{len(problems)} problems in {file}"))
         return
     dtypes: list[str | None] = list(dtype) if dtype else [None]
     pairs = [(k, p) for k in kernel for d in dtypes for p in _problems(k, shape, d)]
@@ -434,11 +496,11 @@ def show(
             spec = get_spec(kernel)
             for problem in _problems(kernel, shape, dtype):
                 res = resolve(spec, problem, device, store)
-                console.print(f"{spec.describe_problem(problem)}: served by {res.layer}: {dict(res.config)}")
+                console.print(markup(f"{spec.describe_problem(problem)}: served by {res.layer}: {dict(res.config)}"))
             return
         if kernel is not None:
             get_spec(kernel)
-        table = Table(title=f"cache at {store.directory} (this device: {device.label} key {device.key})")
+        table = Table(title=markup(f"cache at {store.directory} (this device: {device.label} key {device.key})"))
         for col in ("kernel", "device", "problem", "best ms", "config", "trials", "servable here"):
             table.add_column(col)
         count = 0
@@ -449,10 +511,10 @@ def show(
             why_not = why_not_served(e, device)
             table.add_row(
                 e.key.kernel,
-                e.device.get("name", "?") + f" ({e.key.device_key[:8]})",
-                ",".join(f"{k}={v}" for k, v in e.key.problem),
+                markup(f"{e.device.get('name', '?')} ({e.key.device_key[:8]})"),
+                markup(",".join(f"{k}={v}" for k, v in e.key.problem)),
                 f"{e.time_ms:.4f}",
-                _show_config(get_spec(e.key.kernel), e.config),
+                markup(_show_config(get_spec(e.key.kernel), e.config)),
                 str(len(e.trials)),
                 why_not or "yes",
             )
@@ -486,23 +548,67 @@ def export_cmd(
 
         if kernel is not None:
             get_spec(kernel)  # unknown names fail with the list of valid ones
-        n = write_document(out, fleet.export_entries(storage, kernel, device_key))
-        console.print(f"exported {n} entries from {storage} to {out}")
+        skipped: dict[str, str] = {}
+        n = write_document(out, fleet.export_entries(storage, kernel, device_key, skipped=skipped))
+        console.print(markup(f"exported {n} entries from {storage} to {out}"))
+        if skipped:
+            console.print(f"{len(skipped)} jobs left out: their job or result is unreadable (see the warnings above)")
         return
     with Store() as store:
         n = write_document(out, export_entries(store, kernel, device_key))
-    console.print(f"exported {n} entries to {out}")
+    console.print(markup(f"exported {n} entries to {out}"))
 
 
 @command("import")
 def import_cmd(path: Annotated[Path, typer.Argument(help="A tuning database written by `tunekit export`.")]) -> None:
-    """Validate FILE, then merge it into the cache (the faster entry is kept per key)."""
+    """Validate FILE, then merge it into the cache.
+
+    Every entry must be what this tunekit would serve (its config in the space and within the space's rules, its
+    times above the physical floor); one bad entry refuses the whole file. Per key, the local best is kept unless
+    the file's entry was measured faster by the same timer.
+    """
     from tunekit.database import import_document
     from tunekit.store import Store
 
     with Store() as store:
-        read, changed = import_document(store, path)
-    console.print(f"imported {path}: {read} entries read, {changed} added or improved")
+        result = import_document(store, path)
+    console.print(
+        markup(
+            f"imported {path}: {result.read} entries read, {result.added} added, {result.improved} improved, "
+            f"{result.kept} kept as they were (the local best was faster, or measured by another timer)"
+        )
+    )
+
+
+@command()
+def forget(
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Entries of this kernel.")] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Entries of this device key (or a prefix, as `tunekit show` prints it), or 'current'."),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="The entry with this cache key digest (or a unique prefix).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+) -> None:
+    """Remove entries from the cache: those matching every filter given (at least one)."""
+    from tunekit.device import fingerprint
+    from tunekit.forget import Selection, select
+    from tunekit.forget import forget as forget_entries
+    from tunekit.store import Store
+
+    selection = Selection(kernel, fingerprint().key if device == "current" else device, key)
+    with Store() as store:
+        if dry_run:
+            found = select(store, selection)
+            for e in found:
+                problem = ",".join(f"{k}={v}" for k, v in e.key.problem)
+                console.print(markup(f"{e.key.digest}  {e.key.kernel}  {e.device.get('name', '?')}  {problem}"))
+            console.print(f"{len(found)} entries would be removed")
+            return
+        removed = forget_entries(store, selection)
+    console.print(f"removed {removed} entries")
 
 
 @command()

@@ -34,3 +34,8 @@ class DatabaseError(TunekitError):
 
 class CacheMissError(TunekitError, LookupError):
     """Strict mode: no tuned config exists for this problem on this device."""
+
+
+class AutogradUnsupportedError(InvalidInputError):
+    """An op without a backward formula got an input that requires grad while grad mode is on: refused rather than
+    returning a result silently detached from the graph."""

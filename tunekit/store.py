@@ -166,6 +166,11 @@ class Store:
             self._evict(conn, keep=digest)
         return merged
 
+    def delete(self, digest: str) -> bool:
+        """Remove the row under `digest`, readable or not; True when a row was removed. Joins a transaction."""
+        with self._writer() as conn:
+            return conn.execute("DELETE FROM entries WHERE digest = ?", (digest,)).rowcount > 0
+
     def entries(self) -> Iterator[Entry]:
         seen: set[str] = set()
         for digest, raw in self._rows(None):

@@ -160,7 +160,7 @@ def activation_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
     if activation == "none":
         return torch.ones_like(z)
     if activation == "relu":
-        return (z > 0).to(z.dtype)
+        return (~(z <= 0)).to(z.dtype)  # as torch's threshold_backward: NaN passes the gradient through
     if activation == "gelu":
         return 0.5 * (1.0 + torch.erf(z * math.sqrt(0.5))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     if activation == "gelu_tanh":

@@ -1,0 +1,126 @@
+"""Stored text is escaped wherever the CLI prints it (tunekit.render): rich markup and terminal control sequences
+in device names, problems, job errors and worker names print as themselves, never as markup or escapes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from test_database import toy_entry
+from typer.testing import CliRunner
+
+from tunekit.cli import app
+from tunekit.database import document
+from tunekit.device import fingerprint
+from tunekit.fleet import JobQueue
+from tunekit.render import markup, plain
+from tunekit.store import Store
+
+runner = CliRunner()
+ESC = "\x1b"
+HOSTILE = [
+    "[/nope]",  # a closing tag with nothing open: rich raises MarkupError
+    "[bold red]loud[/bold red]",
+    "\x1b[2J\x1b[H wiped",  # clear the screen
+    "\x1b]0;pwned\x07",  # set the window title (OSC ... BEL)
+    "\x9b31m C1 CSI",
+    "right\u202eto-left",  # a bidi override reorders what follows
+    "tail\\",  # a trailing backslash would escape rich's next tag
+    "new\nline\rreturn\ttab",
+]
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_plain_and_markup_show_the_text_as_itself(text):
+    from rich.console import Console
+
+    shown = plain(text)
+    assert all(c.isprintable() for c in shown) and "\u202e" not in shown
+    console = Console(width=400, record=True, force_terminal=False)
+    console.print(markup(text))  # parses as markup without error, and prints exactly `plain(text)`
+    printed = console.export_text().rstrip("\n")
+    # (rich's escape doubles a trailing backslash, so that a tag after it could not be escaped by it)
+    assert printed == shown or (shown.endswith("\\") and printed == shown + "\\")
+
+
+def test_plain_names_each_control_character():
+    assert plain("a\x1b[31mb\x07\x9b\u202e") == "a\\x1b[31mb\\x07\\x9b\\u202e"
+    assert plain("München → 東京") == "München → 東京"  # printable text is untouched
+    assert markup("[/nope]") == "\\[/nope]"
+
+
+def _hostile_entries(toy):
+    """Entries of foreign devices whose names (and problem dtype strings) hold markup and control sequences:
+    valid by every import rule (the device object is the one each key names)."""
+    entries = []
+    for i, name in enumerate(HOSTILE):
+        device = dataclasses.replace(fingerprint(), name=name)
+        e = toy_entry(toy, device, 1.0 + i, rows=1 << i)
+        data = e.to_json()
+        data["key"]["problem"]["dtype"] = name
+        entries.append(data)
+    return entries
+
+
+def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
+    path = tmp_path / "db.json"
+    path.write_text(json.dumps(document([]) | {"entries": _hostile_entries(toy)}))
+    result = run("import", str(path))
+    assert result.exit_code == 0 and f"{len(HOSTILE)} added" in result.output, result.output
+    for args in (["show"], ["show", "--kernel", "toy"]):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert ESC not in result.output and "\x07" not in result.output and "\u202e" not in result.output
+        assert "[/nope]" in result.output and "[bold red]loud[/bold red]" in result.output
+        assert "\\x1b[2J\\x1b[H wiped" in result.output and "\\x1b]0;pwned\\x07" in result.output
+        assert f"{len(HOSTILE)} entries" in result.output
+
+
+def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    queue = JobQueue(url)
+    from tunekit.fleet import Job
+
+    queue.submit([Job("toy", {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[31m"}, trials=2)])
+    claim = queue.claim("[bold]worker\x1b]0;x\x07")
+    assert claim is not None
+    queue.fail(claim, "[/nope] failed \x1b[2J")
+    result = run("status", "--storage", url, "--jobs")
+    assert result.exit_code == 0, result.output
+    assert ESC not in result.output and "\x07" not in result.output
+    assert "[/nope] failed \\x1b[2J" in result.output and "[bold]worker\\x1b]0;x\\x07" in result.output
+    assert "dtype=[/nope]\\x1b[31m" in result.output
+
+
+def test_one_line_errors_escape_what_they_quote(toy, tmp_path):
+    missing = str(tmp_path / "\x1b[2Jmissing[/nope].json")
+    result = run("import", missing)
+    assert result.exit_code == 1 and "cannot read" in result.output and "\\x1b[2Jmissing[/nope].json" in result.output
+    assert ESC not in result.output
+
+
+def test_export_and_import_messages_escape_paths(toy, tmp_path):
+    with Store() as store:
+        store.put(toy_entry(toy, fingerprint(), 1.0))
+    out = tmp_path / "db[bold].json"
+    result = run("export", "--out", str(out))
+    assert result.exit_code == 0 and "db[bold].json" in result.output, result.output
+    result = run("import", str(out))
+    assert result.exit_code == 0 and "db[bold].json: 1 entries read" in result.output, result.output
+
+
+def test_a_plan_file_s_problems_print_as_themselves(toy, tmp_path):
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text(json.dumps({"kernel": "toy", "problem": {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[2J"}}) + "\n")
+    result = run("plan", str(plan))
+    assert result.exit_code == 0 and "dtype=[/nope]\\x1b[2J" in result.output and ESC not in result.output
