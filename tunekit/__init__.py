@@ -1,10 +1,51 @@
-"""tunekit: autotuned Triton kernels with a device-keyed cache."""
+"""tunekit: autotuned Triton kernels with a device-keyed cache.
 
+`import tunekit` is cheap: it imports neither torch nor triton. `tunekit.ops` (and `tunekit.record_problems`) load
+on first use. Every module that imports triton imports `tunekit.backend` first, which picks the GPU or Triton's
+interpreter before any kernel is decorated.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The one place the version is written: setuptools reads it statically (pyproject.toml, [tool.setuptools.dynamic]).
 __version__ = "0.1.0"
+# The name on the package index (`tunekit` there is an unrelated project); install hints use it. pyproject.toml's
+# `name` must match (tests/test_packaging.py checks).
+DISTRIBUTION = "tunekit-triton"
 
-# Before anything imports triton: picks the GPU or Triton's interpreter (TRITON_INTERPRET must be set before
-# triton's own @jit helpers are decorated).
-from tunekit import backend as _backend  # noqa: F401
-from tunekit.recorder import record_problems
+if TYPE_CHECKING:
+    from tunekit import ops as ops
+    from tunekit.recorder import record_problems as record_problems
 
-__all__ = ["record_problems"]
+# Public names loaded on first access: name -> (module, attribute or None for the module itself). `nn` is listed
+# ahead of the module that will provide it; until then, tunekit.nn is an AttributeError like any missing name.
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "ops": ("tunekit.ops", None),
+    "nn": ("tunekit.nn", None),
+    "record_problems": ("tunekit.recorder", "record_problems"),
+}
+
+__all__ = ["DISTRIBUTION", "__version__", "ops", "record_problems"]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
+    module_name, attribute = target
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise  # a dependency of the module is missing: say so, not "no attribute"
+        raise AttributeError(f"module 'tunekit' has no attribute {name!r}") from None
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # later accesses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *(n for n in _LAZY if n != "nn")})
