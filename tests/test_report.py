@@ -152,7 +152,7 @@ def test_a_json_of_something_else_is_refused(tmp_path):
 
 def test_missing_matplotlib_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(TunekitError, match=r"needs matplotlib: pip install 'tunekit\[plot\]'"):
+    with pytest.raises(TunekitError, match=r"needs matplotlib: pip install 'tunekit-triton\[plot\]'"):
         plot_run(gpu_like_run(), tmp_path / "x.png")
 
 

@@ -3,7 +3,7 @@ copy of the same bytes), launch-bound rows in µs against the launch floor, inte
 (labelled as such).
 
 It reads only the JSON of `tunekit bench --json`, so the PNG can be drawn on any machine with matplotlib (an
-optional dependency: `pip install 'tunekit[plot]'`), not only on the GPU box.
+optional dependency: `pip install 'tunekit-triton[plot]'`), not only on the GPU box.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise TunekitError("drawing the PNG needs matplotlib: pip install 'tunekit[plot]'") from None
+        raise TunekitError("drawing the PNG needs matplotlib: pip install 'tunekit-triton[plot]'") from None
 
 
 def plot_file(results: Path, out: Path) -> None:
