@@ -613,7 +613,9 @@ def bench(
     dtype: DtypeOpt = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few shapes per family (a smoke run).")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON (after every row).")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="Also draw the run (needs matplotlib).")] = None,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also draw the run, one PNG per family (needs matplotlib).")
+    ] = None,
     compile_: Annotated[
         bool | None,
         typer.Option(
@@ -672,20 +674,24 @@ def bench(
     if png is not None:
         from tunekit.plot import plot_run
 
-        plot_run(run, png)
-        console.print(f"png: {png}")
+        for path in plot_run(run, png):
+            console.print(f"png: {path}")
 
 
 @command()
 def plot(
     results: Annotated[Path, typer.Argument(help="A `tunekit bench --json` file.")],
-    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("bench.png"),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="The PNG to write; with several families, one <stem>-<family>.png each beside it."),
+    ] = Path("bench.png"),
 ) -> None:
-    """Draw a benchmark run (achieved GB/s or TFLOP/s per shape, launch-bound rows in µs); no GPU needed."""
+    """Draw a benchmark run, one PNG per family (achieved GB/s or TFLOP/s per shape, launch-bound rows in µs, the
+    better direction on each axis); no GPU needed."""
     from tunekit.plot import plot_file
 
-    plot_file(results, out)
-    console.print(f"png: {out}")
+    for path in plot_file(results, out):
+        console.print(f"png: {path}")
 
 
 @command("record")
