@@ -160,6 +160,12 @@ def test_the_wheel_holds_the_package_and_its_data(tmp_path):
         "tunekit/kernels/gemm.py",
         "tunekit/search_spaces/gemm.py",
     } <= names
+    packages = [p.parent for p in (ROOT / "tunekit").rglob("__init__.py")]
+    packages += [ROOT / "kernels", ROOT / "search_spaces"]
+    for package in packages:  # every subpackage ships, with every module of it
+        installed = "tunekit/" + str(package.relative_to(ROOT)).removeprefix("tunekit").lstrip("/")
+        for module in package.glob("*.py"):
+            assert f"{installed.rstrip('/')}/{module.name}" in names, module
     assert "tunekit/shipped/timings/h200-sm90-132sm/gemm.json.gz" in names
     assert any(n.startswith("tunekit/shipped/") and n.endswith(".json") for n in names)
     assert {n.split("/")[0] for n in names} == {"tunekit", f"tunekit_triton-{tunekit.__version__}.dist-info"}

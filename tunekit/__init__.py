@@ -20,32 +20,35 @@ if TYPE_CHECKING:
     from tunekit import ops as ops
     from tunekit.recorder import record_problems as record_problems
 
-# Public names loaded on first access: name -> (module, attribute or None for the module itself). `nn` is listed
-# ahead of the module that will provide it; until then, tunekit.nn is an AttributeError like any missing name.
+# Public names loaded on first access: name -> (module, attribute or None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ops": ("tunekit.ops", None),
-    "nn": ("tunekit.nn", None),
     "record_problems": ("tunekit.recorder", "record_problems"),
 }
+# Listed ahead of the modules that will provide them: until then, `tunekit.nn` is an AttributeError like any
+# missing name.
+_NOT_YET = {"nn": "tunekit.nn"}
 
 __all__ = ["DISTRIBUTION", "__version__", "ops", "record_problems"]
 
 
 def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
+    if name in _NOT_YET:
+        try:
+            value: Any = importlib.import_module(_NOT_YET[name])
+        except ModuleNotFoundError as exc:
+            if exc.name != _NOT_YET[name]:
+                raise  # a dependency of the module is missing: say so, not "no attribute"
+            raise AttributeError(f"module 'tunekit' has no attribute {name!r}") from None
+    elif name in _LAZY:
+        module_name, attribute = _LAZY[name]
+        module = importlib.import_module(module_name)  # a broken install fails here, loudly
+        value = module if attribute is None else getattr(module, attribute)
+    else:
         raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
-    module_name, attribute = target
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # a dependency of the module is missing: say so, not "no attribute"
-        raise AttributeError(f"module 'tunekit' has no attribute {name!r}") from None
-    value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value  # later accesses are plain attribute reads
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *(n for n in _LAZY if n != "nn")})
+    return sorted({*globals(), *_LAZY})
