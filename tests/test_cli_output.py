@@ -95,8 +95,9 @@ def test_show_json_lists_cache_and_shipped_entries_with_the_serving_layer(toy):
     (mine,) = by_source["cache"]
     assert mine["kernel"] == "toy" and mine["served_here_by"] == "cache" and mine["servable_here"] is True
     shipped = by_source["shipped"]
-    assert len(shipped) > 100 and {e["device_name"] for e in shipped} == {"NVIDIA H200"}
-    # On this CPU machine no H200 entry can serve: each problem falls to the nearest tuned one or the heuristic.
+    assert len(shipped) > 100 and "NVIDIA H200" in {e["device_name"] for e in shipped}
+    # On this CPU machine no shipped (GPU) entry can serve: each problem falls to the nearest tuned one or the
+    # heuristic.
     assert {e["served_here_by"] for e in shipped} <= {"nearest", "heuristic"}
     assert all(not e["servable_here"] for e in shipped)
 
