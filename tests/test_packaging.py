@@ -118,13 +118,16 @@ def test_import_is_cheap_and_ops_load_on_first_use():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("module", ["tunekit.device", "tunekit.verify", "tunekit.cli"])
+@pytest.mark.parametrize("module", ["tunekit.device", "tunekit.verify", "tunekit.cli", "triton"])
 def test_the_backend_is_chosen_before_triton_is_imported(module):
-    """Triton reads TRITON_INTERPRET when it is imported: every way into it goes through tunekit.backend first."""
+    """Triton reads TRITON_INTERPRET when it is imported: after `import tunekit`, whatever imports triton first
+    (a tunekit module that imports it at its top, or the user's own `import triton`), tunekit.backend runs first."""
     done = python(
-        f"import sys, {module}\n"
+        f"import os, sys, tunekit, {module}\n"
         "names = list(sys.modules)\n"
-        "assert 'triton' not in names or names.index('tunekit.backend') < names.index('triton'), names\n"
+        "if 'triton' in names:\n"
+        "    assert names.index('tunekit.backend') < names.index('triton'), names\n"
+        "    assert os.environ.get('TRITON_INTERPRET') == '1'  # no GPU here: the interpreter was chosen\n"
     )
     assert done.returncode == 0, done.stderr
 

@@ -1,13 +1,18 @@
 """tunekit: autotuned Triton kernels with a device-keyed cache.
 
 `import tunekit` is cheap: it imports neither torch nor triton. `tunekit.ops` (and `tunekit.record_problems`) load
-on first use. Every module that imports triton imports `tunekit.backend` first, which picks the GPU or Triton's
-interpreter before any kernel is decorated.
+on first use. Whatever imports triton first, tunekit.backend runs just before it (the hook below): it picks the GPU
+or Triton's interpreter, which triton reads when it is imported.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 # The one place the version is written: setuptools reads it statically (pyproject.toml, [tool.setuptools.dynamic]).
@@ -15,6 +20,24 @@ __version__ = "0.1.0"
 # The name on the package index (`tunekit` there is an unrelated project); install hints use it. pyproject.toml's
 # `name` must match (tests/test_packaging.py checks).
 DISTRIBUTION = "tunekit-triton"
+
+
+class _BackendBeforeTriton(importlib.abc.MetaPathFinder):
+    """Runs tunekit.backend (GPU or interpreter: it sets TRITON_INTERPRET) right before triton is first imported,
+    then leaves the import to the usual finders and removes itself. No module has to remember the order."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == "triton":
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            importlib.import_module("tunekit.backend")
+        return None
+
+
+if "triton" not in sys.modules and "tunekit.backend" not in sys.modules:
+    sys.meta_path.insert(0, _BackendBeforeTriton())
 
 if TYPE_CHECKING:
     from tunekit import ops as ops

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-# First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
-
-# isort: split
-
 import functools
 from dataclasses import asdict, dataclass
 from typing import Any
