@@ -15,8 +15,6 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import math
-import sys
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,24 +22,25 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.kernels import row_window as row_window_module
-from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.search_spaces import layernorm as layernorm_space
-from tunekit.search_spaces import row_window as row_window_space
-from tunekit.search_spaces.layernorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
-from tunekit.search_spaces.row_window import vector_elements
-from tunekit.space import Config, Problem
-from tunekit.spec import (
-    DTYPE_NAMES,
-    DTYPES,
-    Inputs,
-    KernelSpec,
-    Outputs,
-    Tolerance,
-    row_bucket,
-    source_digest,
+from tunekit.errors import InvalidInputError
+from tunekit.kernels.common import (
+    check_shape,
+    element_bytes,
+    next_pow2,
+    normal_sampler,
+    pow2_divisor,
+    prev_pow2,
+    problems_from_shapes,
+    row_flops,
+    vector_elements,
+    warps_for,
 )
+from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
+from tunekit.kernels.rows_model import forward_model, norm_params
+from tunekit.search_spaces.layernorm import SPACE
+from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
+from tunekit.space import Config, Problem
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -55,17 +54,9 @@ def _layernorm_fwd_single(
     Y,  # [M, N] output, unit stride along N
     W,  # [N] weight (read only when HAS_WEIGHT)
     B,  # [N] bias (read only when HAS_BIAS)
-    M,
-    N,
-    stride_x,
-    stride_y,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride_x, stride_y, eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     # Triton only learns that a size is a multiple of 16; rows of 3000 fp16 values would lose their 16-byte
     # vector loads. DIV, a power of two the host found dividing N and both strides, restores that knowledge.
     N = N // DIV * DIV
@@ -100,15 +91,9 @@ def _layernorm_fwd_looped(
     Y,  # [M, N] output, unit stride along N
     W,  # [N] weight (read only when HAS_WEIGHT)
     B,  # [N] bias (read only when HAS_BIAS)
-    N,
-    stride_x,
-    stride_y,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    N, stride_x, stride_y, eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     N = N // DIV * DIV  # see _layernorm_fwd_single
     stride_x = stride_x // DIV * DIV
     stride_y = stride_y // DIV * DIV
@@ -157,16 +142,9 @@ def _layernorm_fwd_window(
     Y,  # [M, N] output, same strides as X, 16-byte aligned
     W,  # [N] weight (read only when HAS_WEIGHT)
     B,  # [N] bias (read only when HAS_BIAS)
-    M,
-    N,
-    stride,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    VEC: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride, eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, VEC: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
     x = row_window_load(X, offs, in_row, chunk_in, last)
     mean = tl.sum(x, axis=1) / N
@@ -189,11 +167,10 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     if m == 0 or n == 0:
         return
     block_n, rows = int(config["BLOCK_N"]), int(config["ROWS"])
-    g = math.gcd(n, x.stride(0), y.stride(0), 16)  # DIV = g & -g: the largest power of two dividing all, <= 16
     common = {
         "HAS_WEIGHT": weight is not None,
         "HAS_BIAS": bias is not None,
-        "DIV": g & -g,
+        "DIV": pow2_divisor(n, x.stride(0), y.stride(0)),
         "BLOCK_N": block_n,
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
@@ -266,11 +243,7 @@ def torch_baseline(inputs: Inputs) -> torch.Tensor:
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
-
+    randn = normal_sampler(device, seed)
     # An offset mean catches a kernel that forgets to subtract it; weights near 1, small biases keep y O(1).
     x = (randn(rows, cols) * 2.0 + 0.5).to(dtype)
     weight = (1.0 + 0.1 * randn(cols)).to(dtype) if problem["weight"] else None
@@ -278,55 +251,52 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     return (x, weight, bias, DEFAULT_EPS)
 
 
+ROWS_USAGE = "a 2-D shape MxN (e.g. 4096x1024)"  # the norms' CLI shapes
+
+
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    if len(shape) != 2:
-        raise InvalidShapeError(f"layernorm takes a 2-D shape MxN (e.g. 4096x1024), but got {len(shape)}-D {shape}")
+    check_shape("layernorm", shape, dtype, ROWS_USAGE, (2,))
     m, n = shape
-    if m < 1 or n < 1:
-        raise InvalidShapeError(f"layernorm shape sizes must be >= 1, but got {m}x{n}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"layernorm dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
     return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True, "bias": True}
 
 
+def key_of(inputs: Inputs) -> ProblemKey:
+    x, weight, bias, _ = inputs
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None, bias is not None)
+
+
 _INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 4097))
-_GPU_SHAPES = (
-    (16384, 1024),
-    (8192, 2048),
-    (4096, 4096),
-    (4096, 4097),
-    (2048, 8192),
-    (2048, 8191),
-    (1024, 16384),
-    (1024, 25600),
-    (65536, 768),
-    (8, 4096),
+_GPU_SHAPES = tuple(
+    (shape, "float16")
+    for shape in (
+        (16384, 1024),
+        (8192, 2048),
+        (4096, 4096),
+        (4096, 4097),
+        (2048, 8192),
+        (2048, 8191),
+        (1024, 16384),
+        (1024, 25600),
+        (65536, 768),
+        (8, 4096),
+    )
 )
 
 
 def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    # The interpreter runs every program in Python: keep its set small enough to tune in about a minute.
-    if device.is_interpreter:
-        return [problem_from_shape(s, "float32") for s in _INTERPRETER_SHAPES]
-    return [problem_from_shape(s, "float16") for s in _GPU_SHAPES]
+    return problems_from_shapes(device.is_interpreter, problem_from_shape, _INTERPRETER_SHAPES, _GPU_SHAPES)
 
 
 # Heuristic constants, from exhaustive sweeps of this space on an H200 (17 shapes, fp16 mostly): two rows per
 # program and 16 values per thread for rows up to 16384 wide, 4096-wide chunks beyond. The heuristic came
-# within 0.85-1.0 of the best config on every shape swept.
+# within 0.85-1.0 of the best config on every shape swept. RMSNorm's forward uses it too (same space, the same
+# memory traffic; not yet swept for RMSNorm itself).
 SINGLE_MAX_BLOCK_N = 16384
 TARGET_TILE = 2048
 PER_THREAD = 16
 LOOPED_BLOCK_N = 4096
 FEW_ROWS_BLOCK_N = 16384
-
-
-def _warps_for(elements: int, per_thread: int, most: int) -> int:
-    return min(most, max(1, elements // (32 * per_thread)))
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
 
 
 def _looped(block_n: int, warps: int) -> Config:
@@ -335,23 +305,23 @@ def _looped(block_n: int, warps: int) -> Config:
 
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
-    itemsize = DTYPES[str(problem["dtype"])].itemsize
+    itemsize = element_bytes(str(problem["dtype"]))
     width = single_block_n(cols)
     if cols * itemsize % 16 and cols >= 2048:
         # Rows not starting on 16 bytes load element by element; short chunks with 8 bytes per thread kept
         # the most loads in flight (1.5-2.3x a whole-row block at 8191 and 4097 wide).
         block_n = min(LOOPED_BLOCK_N, max(512, next_pow2(cols) // MAX_CHUNKS))
-        return _looped(block_n, _warps_for(block_n * itemsize, 8, 32))
+        return _looped(block_n, warps_for(block_n * itemsize, 8, 32))
     if width <= SINGLE_MAX_BLOCK_N:
         per_program = max(2, TARGET_TILE // width) if width < SINGLE_MAX_BLOCK_N else 1
         if device.sm_count > 0:  # keep at least two programs per SM
-            per_program = min(per_program, _prev_pow2(rows // (2 * device.sm_count)))
-        per_program = min(per_program, rows, 64)
+            per_program = min(per_program, prev_pow2(rows // (2 * device.sm_count)))
+        per_program = min(per_program, prev_pow2(rows), 64)
         return {
             "variant": "single",
             "BLOCK_N": width,
             "ROWS": per_program,
-            "num_warps": _warps_for(per_program * width, PER_THREAD, 16),
+            "num_warps": warps_for(per_program * width, PER_THREAD, 16),
             "num_stages": 1,
         }
     if 0 < rows < device.sm_count:  # fewer rows than SMs: each program gets a whole SM's worth of warps
@@ -361,37 +331,29 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
 
 def bytes_moved(problem: Problem) -> int:
     rows, cols = int(problem["rows"]), int(problem["cols"])
-    size = DTYPES[str(problem["dtype"])].itemsize
-    params = int(bool(problem["weight"])) + int(bool(problem["bias"]))
-    return (2 * rows * cols + params * cols) * size
+    return (2 * rows * cols + norm_params(problem) * cols) * element_bytes(str(problem["dtype"]))
 
 
-def flops(problem: Problem) -> int:
-    return 8 * int(problem["rows"]) * int(problem["cols"])
+flops = row_flops(8)
 
 
-SPEC = KernelSpec(
+# fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4 and both sides
+# round to the output dtype, so they may differ by one ulp: 2**-9 (fp16) or 2**-6 (bf16) near 2..4.
+TOLERANCES = {
+    "float32": Tolerance(atol=1e-4, rtol=1e-4),
+    "float16": Tolerance(atol=1e-2, rtol=1e-2),
+    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
+}
+
+SPEC = KernelSpec.of_module(
+    __name__,
     name="layernorm",
     description="LayerNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight/bias)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight", "bias"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
-    # fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4 and both
-    # sides round to the output dtype, so they may differ by one ulp: 2**-9 (fp16) or 2**-6 (bf16) near 2..4.
-    tolerances={
-        "float32": Tolerance(atol=1e-4, rtol=1e-4),
-        "float16": Tolerance(atol=1e-2, rtol=1e-2),
-        "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
-    },
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], row_window_module, layernorm_space, row_window_space]),
+    tolerances=TOLERANCES,
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
-    torch_baseline=torch_baseline,
+    # Arithmetic per element ~10 fp32 operations; looped reads x twice; the weight and bias vectors.
+    model=forward_model(ops=10, looped_reads={"looped": 2}, params=norm_params),
 )

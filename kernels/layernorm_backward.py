@@ -23,8 +23,7 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import math
-import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,18 +31,25 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.search_spaces import layernorm_backward as backward_space
-from tunekit.search_spaces.layernorm_backward import (
-    MAX_CHUNKS,
-    MAX_ROWS_PER_PROGRAM,
-    SPACE,
+from tunekit.kernels.common import (
     cdiv,
+    check_shape,
+    element_bytes,
     next_pow2,
-    single_block_n,
+    normal_sampler,
+    pow2_divisor,
+    prev_pow2,
+    problems_from_shapes,
+    row_flops,
+    warps_for,
 )
+from tunekit.kernels.layernorm import ROWS_USAGE
+from tunekit.kernels.rmsnorm import GPU_SHAPES
+from tunekit.kernels.rows_model import backward_model, norm_params
+from tunekit.search_spaces.layernorm_backward import MAX_ROWS_PER_PROGRAM, SPACE
+from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -65,21 +71,10 @@ def _norm_bwd_single(
     W,  # [N] weight (read only when HAS_WEIGHT)
     DW_PART,  # [programs, N] fp32 partial dweight sums, contiguous (written only when WANT_DW)
     DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
-    M,
-    N,
-    stride_x,
-    stride_dy,
-    stride_dx,
-    eps,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    WANT_DW: tl.constexpr,
-    WANT_DB: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-    ROWS_PER_PROGRAM: tl.constexpr,
-):
+    M, N, stride_x, stride_dy, stride_dx, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr, DIV: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):  # fmt: skip
     # Triton only learns that a size is a multiple of 16; DIV, a power of two the host found dividing N and every
     # row stride, restores 16-byte vector loads for rows like 3000 fp16 values (as in kernels/layernorm.py).
     N = N // DIV * DIV
@@ -137,20 +132,10 @@ def _norm_bwd_looped(
     W,  # [N] weight (read only when HAS_WEIGHT)
     DW_PART,  # [programs, N] fp32 partial dweight sums, contiguous (written only when WANT_DW)
     DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
-    M,
-    N,
-    stride_x,
-    stride_dy,
-    stride_dx,
-    eps,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    WANT_DW: tl.constexpr,
-    WANT_DB: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS_PER_PROGRAM: tl.constexpr,
-):
+    M, N, stride_x, stride_dy, stride_dx, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr, DIV: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):  # fmt: skip
     N = N // DIV * DIV  # see _norm_bwd_single
     stride_x = stride_x // DIV * DIV
     stride_dy = stride_dy // DIV * DIV
@@ -239,14 +224,9 @@ def _sum_partials(
     DB_PART,  # [G, N] fp32 partial dbias sums, contiguous (read only when WANT_DB)
     DW,  # [N] dweight (written when WANT_DW)
     DB,  # [N] dbias (written when WANT_DB)
-    G,
-    N,
-    WANT_DW: tl.constexpr,
-    WANT_DB: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    G, N,
+    WANT_DW: tl.constexpr, WANT_DB: tl.constexpr, DIV: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     N = N // DIV * DIV  # see _norm_bwd_single: partial rows N apart keep 16-byte loads when DIV allows
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -293,13 +273,12 @@ def launch_backward(
     # an unwanted one is a placeholder pointer, never read. Separate allocations keep both 16-byte aligned.
     dw_part = torch.empty((n_programs, n), dtype=torch.float32, device=x.device) if want_dw else x
     db_part = torch.empty((n_programs, n), dtype=torch.float32, device=x.device) if want_db else x
-    g = math.gcd(n, x.stride(0), dy.stride(0), dx.stride(0), 16)  # DIV = g & -g: a power of two dividing all
     common = {
         "IS_RMS": is_rms,
         "HAS_WEIGHT": weight is not None,
         "WANT_DW": want_dw,
         "WANT_DB": want_db,
-        "DIV": g & -g,
+        "DIV": pow2_divisor(n, x.stride(0), dy.stride(0), dx.stride(0)),
         "BLOCK_N": int(config["BLOCK_N"]),
         "ROWS_PER_PROGRAM": rows_per_program,
         "num_warps": int(config["num_warps"]),
@@ -321,7 +300,7 @@ def launch_backward(
             n,
             WANT_DW=want_dw,
             WANT_DB=want_db,
-            DIV=min(n & -n, 16),
+            DIV=pow2_divisor(n),
             BLOCK_G=SUM_BLOCK_G,
             BLOCK_N=SUM_BLOCK_N,
             num_warps=SUM_WARPS,
@@ -364,29 +343,36 @@ def reference(inputs: Inputs) -> Outputs:
 _BASELINE_GRAPH: dict[int, tuple[Inputs, torch.Tensor, list[torch.Tensor]]] = {}
 
 
-def torch_baseline(inputs: Inputs) -> tuple[torch.Tensor, ...]:
-    """What a user runs today: torch's LayerNorm backward (autograd) in the input dtype."""
+def autograd_baseline(
+    inputs: Inputs, forward: Callable[[Inputs], tuple[torch.Tensor, list[torch.Tensor]]]
+) -> tuple[torch.Tensor, ...]:
+    """The gradients of `forward(inputs)` = (y, leaves) for the upstream gradient inputs[1], by torch's autograd;
+    the forward graph of the latest inputs is kept, so repeated calls time the backward alone."""
     cached = _BASELINE_GRAPH.get(id(inputs))
     if cached is None or cached[0] is not inputs:
-        x, _, weight, want_dw, want_db, eps = inputs
-        xr = x.detach().requires_grad_()
-        wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
-        br = torch.zeros_like(x[0]).requires_grad_() if want_db else None
-        y = F.layer_norm(xr, (x.shape[1],), wr, br, eps)
-        leaves = [xr] + ([wr] if wr is not None and want_dw else []) + ([br] if br is not None else [])
         _BASELINE_GRAPH.clear()
-        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, y, leaves)
+        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, *forward(inputs))
     _, y, leaves = cached
     return torch.autograd.grad(y, leaves, inputs[1], retain_graph=True)
 
 
+def _torch_forward(inputs: Inputs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x, _, weight, want_dw, want_db, eps = inputs
+    xr = x.detach().requires_grad_()
+    wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
+    br = torch.zeros_like(x[0]).requires_grad_() if want_db else None
+    y = F.layer_norm(xr, (x.shape[1],), wr, br, eps)
+    return y, [xr] + ([wr] if wr is not None and want_dw else []) + ([br] if br is not None else [])
+
+
+def torch_baseline(inputs: Inputs) -> tuple[torch.Tensor, ...]:
+    """What a user runs today: torch's LayerNorm backward (autograd) in the input dtype."""
+    return autograd_baseline(inputs, _torch_forward)
+
+
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
-
+    randn = normal_sampler(device, seed)
     # An offset mean catches a kernel that forgets to subtract it; weights near 1.
     x = (randn(rows, cols) * 2.0 + 0.5).to(dtype)
     dy = randn(rows, cols).to(dtype)
@@ -394,43 +380,28 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     return (x, dy, weight, bool(problem["weight"]), bool(problem["bias"]), DEFAULT_EPS)
 
 
-def parse_shape(kernel: str, shape: tuple[int, ...], dtype: str) -> tuple[int, int]:
-    if len(shape) != 2:
-        raise InvalidShapeError(f"{kernel} takes a 2-D shape MxN (e.g. 4096x1024), but got {len(shape)}-D {shape}")
-    m, n = shape
-    if m < 1 or n < 1:
-        raise InvalidShapeError(f"{kernel} shape sizes must be >= 1, but got {m}x{n}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"{kernel} dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
-    return m, n
-
-
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    m, n = parse_shape("layernorm_backward", shape, dtype)
+    check_shape("layernorm_backward", shape, dtype, ROWS_USAGE, (2,))
+    m, n = shape
     return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True, "bias": True}
 
 
+def key_of(inputs: Inputs) -> ProblemKey:
+    x, _, weight, _, want_db, _ = inputs
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None, want_db)
+
+
 INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 2049))
-GPU_SHAPES = (
-    ((16384, 1024), "float16"),
-    ((4096, 4096), "bfloat16"),
-    ((4096, 4097), "float16"),
-    ((2048, 8192), "bfloat16"),
-    ((1024, 25600), "float16"),
-    ((65536, 768), "bfloat16"),
-)
 
 
 def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    # The interpreter runs every program in Python: keep its set small enough to tune in seconds.
-    if device.is_interpreter:
-        return [problem_from_shape(s, "float32") for s in INTERPRETER_SHAPES]
-    return [problem_from_shape(s, dtype) for s, dtype in GPU_SHAPES]
+    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
 # Heuristic constants. Not yet swept on a GPU: 8 elements per thread (95-110 registers by ptxas, so two 8-warp
 # programs fit an SM), whole rows up to 4096 wide, 2048-wide chunks beyond (4096 past 16 chunks), and
-# Liger-Kernel's persistent layout with a few programs per SM rather than one.
+# Liger-Kernel's persistent layout with a few programs per SM rather than one. RMSNorm's backward uses it too.
 SINGLE_MAX_BLOCK_N = 4096
 TARGET_TILE = 2048
 PER_THREAD = 8
@@ -440,28 +411,23 @@ PROGRAMS_PER_SM = 4
 INTERPRETER_PROGRAMS = 4  # few programs keep the interpreter fast; more than one exercises the partial sums
 
 
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
     width = single_block_n(cols)
     if width <= SINGLE_MAX_BLOCK_N:
         variant, block_n = "single", width
-        tile_rows = min(max(1, TARGET_TILE // width), _prev_pow2(rows), 32)
+        tile_rows = min(max(1, TARGET_TILE // width), prev_pow2(rows), 32)
     else:
         variant, tile_rows = "looped", 1
         block_n = LOOPED_BLOCK_N if cols <= LOOPED_BLOCK_N * MAX_CHUNKS else WIDE_LOOPED_BLOCK_N
-    warps = min(32, max(1, tile_rows * block_n // (32 * PER_THREAD)))
     target = PROGRAMS_PER_SM * device.sm_count if device.sm_count > 0 else INTERPRETER_PROGRAMS
-    per_program = max(tile_rows, min(next_pow2(cdiv(rows, target)), MAX_ROWS_PER_PROGRAM, _prev_pow2(rows)))
+    per_program = max(tile_rows, min(next_pow2(cdiv(rows, target)), MAX_ROWS_PER_PROGRAM, prev_pow2(rows)))
     return {
         "variant": variant,
         "BLOCK_N": block_n,
         "ROWS": tile_rows,
         "ROWS_PER_PROGRAM": per_program,
-        "num_warps": warps,
+        "num_warps": warps_for(tile_rows * block_n, PER_THREAD, 32),
         "num_stages": 1,
     }
 
@@ -469,13 +435,11 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
 def bytes_moved(problem: Problem) -> int:
     """x and dy read, dx written, the weight read and dweight/dbias written; the workspace is not counted."""
     rows, cols = int(problem["rows"]), int(problem["cols"])
-    size = DTYPES[str(problem["dtype"])].itemsize
     vectors = 2 * int(bool(problem["weight"])) + int(bool(problem.get("bias", False)))
-    return (3 * rows * cols + vectors * cols) * size
+    return (3 * rows * cols + vectors * cols) * element_bytes(str(problem["dtype"]))
 
 
-def flops(problem: Problem) -> int:
-    return 12 * int(problem["rows"]) * int(problem["cols"])
+flops = row_flops(12)
 
 
 # fp32: dweight sums `rows` products whose order differs from torch's; an error of ~1e-5 on sums of O(sqrt(rows))
@@ -486,22 +450,14 @@ TOLERANCES = {
     "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
 }
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="layernorm_backward",
     description="LayerNorm backward over the last dim of a 2-D tensor: dx, dweight, dbias (stats recomputed)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight", "bias"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
     tolerances=TOLERANCES,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], backward_space]),
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
-    torch_baseline=torch_baseline,
+    model=backward_model(partials=norm_params),  # dweight and dbias
 )

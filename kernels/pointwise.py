@@ -30,33 +30,33 @@ import tunekit.backend  # noqa: F401
 # isort: split
 
 import math
-import sys
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.search_spaces import pointwise as pointwise_space
-from tunekit.search_spaces.pointwise import (
-    ACTIVATIONS,
-    MIN_BLOCK,
-    SPACE,
-    THREADS_PER_WARP,
+from tunekit.kernels.common import (
+    INT32_LIMIT,
+    check_shape,
+    element_bytes,
     next_pow2,
-    problem_rows,
+    normal_sampler,
+    prev_pow2,
+    torch_activation,
+    warps_for,
 )
+from tunekit.kernels.pointwise_model import MODEL
+from tunekit.search_spaces.pointwise import MIN_BLOCK, SPACE, problem_rows
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
 
-# Offsets are int32 while every offset a launch can form (masked lanes included) stays below this; past it the
-# kernel is compiled with int64 offsets. A module constant so tests can force the int64 path on small tensors.
-INT32_LIMIT = 2**31 - 1
+# Offsets are int32 while every offset a launch can form (masked lanes included) stays below INT32_LIMIT; past it
+# the kernel is compiled with int64 offsets. Read from this module's globals, so tests can force the int64 path on
+# small tensors.
 
 # gelu's 1/sqrt(2), and gelu_tanh's sigmoid-form coefficients: 2*sqrt(2/pi) and 2*sqrt(2/pi)*0.044715.
 SQRT_HALF = tl.constexpr(math.sqrt(0.5))
@@ -107,15 +107,10 @@ def _pointwise_flat(
     B,  # [N] bias (read only when HAS_BIAS)
     R,  # [numel] residual (read only when HAS_RESIDUAL)
     Y,  # [numel] output, contiguous
-    numel,
-    N,
-    scale,
-    ACTIVATION: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-    INT64: tl.constexpr,
+    numel, N, scale,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, INT64: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+):  # fmt: skip
     pid = tl.program_id(0)
     start = pid.to(tl.int64) * BLOCK if INT64 else pid * BLOCK
     idx = tl.arange(0, BLOCK)
@@ -138,17 +133,10 @@ def _pointwise_rows(
     B,  # [N] bias (read only when HAS_BIAS)
     R,  # [M, N] residual, contiguous (read only when HAS_RESIDUAL)
     Y,  # [M, N] output, contiguous
-    M,
-    N,
-    n_col_tiles,
-    scale,
-    ACTIVATION: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-    INT64: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    M, N, n_col_tiles, scale,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     # A 1-D grid, column tiles fastest: neighbouring programs touch neighbouring memory, and no grid axis limit.
     pid = tl.program_id(0)
     pid_m = pid // n_col_tiles
@@ -211,32 +199,13 @@ def alloc_outputs(inputs: Inputs) -> Outputs:
     return (torch.empty_like(inputs[0]),)
 
 
-def _torch_activation(v: torch.Tensor, activation: str) -> torch.Tensor:
-    """torch's own activation (the reference applies it in float64, the baseline in the input dtype)."""
-    if activation == "none":
-        return v
-    if activation == "relu":
-        return F.relu(v)
-    if activation == "gelu":
-        return F.gelu(v)
-    if activation == "gelu_tanh":
-        return F.gelu(v, approximate="tanh")
-    if activation == "silu":
-        return F.silu(v)
-    if activation == "sigmoid":
-        return torch.sigmoid(v)
-    if activation == "tanh":
-        return torch.tanh(v)
-    raise InvalidInputError(f"activation must be one of {list(ACTIVATIONS)}, but got {activation!r}")
-
-
 def reference(inputs: Inputs) -> Outputs:
     """The same chain in float64 with torch's own activations, rounded once to x's dtype."""
     x, bias, residual, scale, activation = inputs
     v = x.double() * scale
     if bias is not None:
         v = v + bias.double()
-    v = _torch_activation(v, activation)
+    v = torch_activation(v, activation)
     if residual is not None:
         v = v + residual.double()
     return (v.to(x.dtype),)
@@ -248,7 +217,7 @@ def torch_baseline(inputs: Inputs) -> torch.Tensor:
     v = x * scale if scale != 1.0 else x
     if bias is not None:
         v = v + bias
-    v = _torch_activation(v, activation)
+    v = torch_activation(v, activation)
     return v + residual if residual is not None else v
 
 
@@ -277,11 +246,7 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     numel, cols, dtype = int(problem["numel"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
     # With a bias, whole rows of `cols` filling at most the bucket (so the bucket of x.numel() is `numel`).
     shape = (max(1, numel // cols), cols) if cols > 0 else (1, numel)
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32)
-
+    randn = normal_sampler(device, seed)
     # x spans the saturating tails of every activation; scale 0.5 catches a kernel that ignores it.
     x = (3.0 * randn(*shape)).to(dtype)
     bias = (0.5 * randn(cols) + 0.25).to(dtype) if problem["has_bias"] else None
@@ -290,11 +255,17 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    if not shape or any(d < 1 for d in shape):
-        raise InvalidShapeError(f"pointwise shape sizes must be >= 1, e.g. 134217728 or 8192x4096, but got {shape}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"pointwise dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
+    usage = "a shape N (one flat tensor) or ...xN (a bias over N), e.g. 134217728 or 8192x4096"
+    check_shape("pointwise", shape, dtype, usage)
     return pointwise_problem(math.prod(shape), shape[-1], dtype, "gelu_tanh", has_bias=len(shape) > 1)
+
+
+def key_of(inputs: Inputs) -> ProblemKey:
+    """x is [M, N] ([-1, N] of the op's input); without a bias the kernel streams x flat: N does not matter."""
+    x, bias, residual, _, activation = inputs
+    cols = x.shape[-1] if bias is not None else 0
+    dtype = DTYPE_NAMES[x.dtype]
+    return (row_bucket(x.numel()), cols, cols % 16 == 0, dtype, activation, bias is not None, residual is not None)
 
 
 def _interpreter_problems() -> list[Problem]:
@@ -331,20 +302,11 @@ MAX_ROWS_BLOCK_N = 1024
 MIN_ROWS_COLS = 16  # narrower rows leave most lanes of a 16-wide column tile masked off: flat is cheaper
 
 
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
-def _warps_for(block: int) -> int:
-    """A warp per 512 elements (16 per thread), 1..8 warps."""
-    return min(8, max(1, block // (16 * THREADS_PER_WARP)))
-
-
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     numel = int(problem["numel"])
     block = min(TARGET_BLOCK, max(MIN_BLOCK, next_pow2(numel)))
     if device.sm_count > 0:  # at least four programs per SM when the problem is large enough for that
-        block = min(block, max(MIN_BLOCK, _prev_pow2(numel // (4 * device.sm_count))))
+        block = min(block, max(MIN_BLOCK, prev_pow2(numel // (4 * device.sm_count))))
     cols = int(problem["cols"])
     if problem["has_bias"] and cols >= MIN_ROWS_COLS:
         low = cols & -cols  # the largest power of two dividing cols: column tiles of it are never ragged
@@ -359,18 +321,19 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
                 "variant": "rows",
                 "BLOCK": rows_block,
                 "BLOCK_N": block_n,
-                "num_warps": _warps_for(rows_block),
+                "num_warps": warps_for(rows_block, 16, 8),  # a warp per 512 elements
                 "num_stages": 1,
             }
-    return {"variant": "flat", "BLOCK": block, "BLOCK_N": block, "num_warps": _warps_for(block), "num_stages": 1}
+    return {"variant": "flat", "BLOCK": block, "BLOCK_N": block, "num_warps": warps_for(block, 16, 8), "num_stages": 1}
 
 
-# Rough fp32 operations per element of each activation (exp/erf counted as one): for the flops column only.
+# Rough fp32 operations per element of each activation (exp/erf counted as one): for the flops column only (the
+# model's estimates, kernels/pointwise_model.py, count instructions).
 _ACTIVATION_FLOPS = {"none": 0, "relu": 1, "gelu": 5, "gelu_tanh": 8, "silu": 6, "sigmoid": 5, "tanh": 10}
 
 
 def bytes_moved(problem: Problem) -> int:
-    numel, size = int(problem["numel"]), DTYPES[str(problem["dtype"])].itemsize
+    numel, size = int(problem["numel"]), element_bytes(str(problem["dtype"]))
     streams = 2 + int(bool(problem["has_residual"]))  # x read, y written, residual read
     return (streams * numel + int(problem["cols"])) * size
 
@@ -381,18 +344,12 @@ def flops(problem: Problem) -> int:
     return per_element * int(problem["numel"])
 
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="pointwise",
     description="Fused y = act(x * scale + bias) + residual in one pass (relu, gelu, gelu_tanh, silu, ...)",
     space=SPACE,
     problem_fields=("numel", "cols", "aligned16", "dtype", "activation", "has_bias", "has_residual"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
     # Both sides round a value to the output dtype once; near a rounding boundary they may land one ulp apart:
     # 2**-10 relative for fp16, 2**-7 for bf16. fp32: exp and erf differ from float64 by a few ulp, and
     # 1 + erf(v) cancels in gelu's negative tail (abs error ~1e-7 * |v|).
@@ -401,12 +358,10 @@ SPEC = KernelSpec(
         "float16": Tolerance(atol=1e-3, rtol=2e-3),
         "bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2),
     },
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], pointwise_space]),
+    version=1,
+    model=MODEL,
     shape_help=(
         "N (one flat tensor, no bias) or ...xN (bias over the last dim N), e.g. 134217728 or 8192x4096; "
         "activation gelu_tanh, no residual"
     ),
-    torch_baseline=torch_baseline,
 )

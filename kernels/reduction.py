@@ -22,26 +22,18 @@ from __future__ import annotations
 import tunekit.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
 
 # isort: on
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidConfigError, InvalidInputError, InvalidShapeError
-from tunekit.search_spaces import reduction as reduction_space
-from tunekit.search_spaces.reduction import (
-    MAX_BLOCK_N,
-    MAX_INNER_CHUNKS,
-    MAX_SPLIT,
-    MIN_OUTER_BLOCK_N,
-    SPACE,
-    cdiv,
-    next_pow2,
-)
+from tunekit.errors import InvalidConfigError
+from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, prev_pow2, warps_for
+from tunekit.kernels.reduction_model import MODEL
+from tunekit.search_spaces.reduction import MAX_BLOCK_N, MAX_INNER_CHUNKS, MAX_SPLIT, MIN_OUTER_BLOCK_N, SPACE
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -86,14 +78,11 @@ def _reduce_inner(
     X,  # [M, N] input, unit stride along N
     Y,  # [M] output values
     IDX,  # [M] output indices (written only when OP == 2, max)
-    M,
-    N,
-    stride_xm,
+    M, N, stride_xm,
     scale,  # 1/N for mean
     OP: tl.constexpr,  # 0 sum, 1 mean, 2 max
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     # int64 row offsets: M * N may exceed 2**31 elements.
@@ -127,17 +116,12 @@ def _reduce_outer(
     IDX_IN,  # [B, M, N] indices of X's values, contiguous (read only when HAS_IDX_IN: the split's second pass)
     Y,  # [B, SPLIT, N] values, contiguous (SPLIT = the grid's second dim; 1 for a plain reduction)
     IDX,  # [B, SPLIT, N] indices, contiguous (written only when OP == 2, max)
-    M,
-    N,
-    stride_xb,
-    stride_xm,
+    M, N, stride_xb, stride_xm,
     rows_per_split,  # rows each program along the grid's second dim reduces; a multiple of BLOCK_M
     scale,  # 1/M for mean
     OP: tl.constexpr,  # 0 sum, 1 mean, 2 max
-    HAS_IDX_IN: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    HAS_IDX_IN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     n_col_blocks = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     batch = pid // n_col_blocks
@@ -291,16 +275,18 @@ def problem(op: str, axis: str, shape: tuple[int, ...], dtype: str) -> Problem:
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    if len(shape) not in (2, 3):
-        raise InvalidShapeError(
-            "reduction shapes are MxN (sum over the last dim) or BxMxN (sum over the middle dim M; "
-            f"B=1 for dim 0 of a 2-D tensor), but got {len(shape)}-D {shape}"
-        )
-    if min(shape) < 1:
-        raise InvalidShapeError(f"reduction shape sizes must be >= 1, but got {'x'.join(map(str, shape))}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"reduction dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
+    usage = "MxN (sum over the last dim) or BxMxN (sum over the middle dim M; B=1 for dim 0 of a 2-D tensor)"
+    check_shape("reduction", shape, dtype, usage, (2, 3))
     return problem("sum", "inner" if len(shape) == 2 else "outer", shape, dtype)
+
+
+def key_of(inputs: Inputs) -> ProblemKey:
+    """x is [M, N] (inner: reduce N) or [B, M, N] (outer: reduce M)."""
+    x, op, axis = inputs
+    dtype = DTYPE_NAMES[x.dtype]
+    if axis == "inner":
+        return (op, axis, 1, row_bucket(x.shape[0]), x.shape[1], dtype)
+    return (op, axis, row_bucket(x.shape[0]), row_bucket(x.shape[1]), x.shape[2], dtype)
 
 
 _INTERPRETER_PROBLEMS = (
@@ -333,15 +319,6 @@ OUTER_TILE = 4096  # elements per chunk of an outer program
 INNER_MIN_EXACT_CHUNK = 128
 
 
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
-def _warps_for(tile: int, per_warp: int = 256) -> int:
-    """A warp per `per_warp` elements, between 1 and 8 (at most 64 elements per thread up to the 16Ki tile)."""
-    return max(1, min(tile // per_warp, 8))
-
-
 def _heuristic_inner(op: str, rows: int, cols: int, device: DeviceFingerprint) -> Config:
     # Small programs (1Ki-element chunks, 4 warps; 2 for max, whose update is heavier) in a pipelined loop beat
     # one wide block per row on an H200: more programs per SM keep more loads in flight.
@@ -353,7 +330,7 @@ def _heuristic_inner(op: str, rows: int, cols: int, device: DeviceFingerprint) -
         block_n = min(MAX_BLOCK_N, next_pow2(cdiv(cols, MAX_INNER_CHUNKS)))
     block_m = max(1, INNER_TILE // block_n)
     if device.sm_count > 0:  # keep at least two programs per SM
-        block_m = min(block_m, _prev_pow2(rows // (2 * device.sm_count)))
+        block_m = min(block_m, prev_pow2(rows // (2 * device.sm_count)))
     block_m = min(block_m, rows)
     tile = block_m * block_n
     return {
@@ -361,7 +338,7 @@ def _heuristic_inner(op: str, rows: int, cols: int, device: DeviceFingerprint) -
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
         "SPLIT": 1,
-        "num_warps": _warps_for(tile, 512 if op == "max" else 256),
+        "num_warps": warps_for(tile, 16 if op == "max" else 8, 8),
         "num_stages": 2 if block_n < cols else 1,
     }
 
@@ -369,7 +346,7 @@ def _heuristic_inner(op: str, rows: int, cols: int, device: DeviceFingerprint) -
 def _heuristic_outer(batch: int, rows: int, cols: int, dtype: str, device: DeviceFingerprint) -> Config:
     width = next_pow2(cols)
     # 256 bytes of each row per chunk: whole 128-byte lines, several 16-byte vectors per warp.
-    block_n = min(width, 256 // reduction_space.ELEMENT_BYTES[dtype])
+    block_n = min(width, 256 // element_bytes(dtype))
     if device.sm_count > 0:  # narrower column blocks (down to whole sectors) before splitting the rows
         while block_n > min(width, MIN_OUTER_BLOCK_N) and batch * cdiv(cols, block_n) < 2 * device.sm_count:
             block_n //= 2
@@ -377,13 +354,13 @@ def _heuristic_outer(batch: int, rows: int, cols: int, dtype: str, device: Devic
     split = 1
     programs = batch * cdiv(cols, block_n)
     if device.sm_count > 0 and programs < device.sm_count:
-        split = _prev_pow2(min(MAX_SPLIT, (4 * device.sm_count) // programs, rows // block_m))
+        split = prev_pow2(min(MAX_SPLIT, (4 * device.sm_count) // programs, rows // block_m))
     return {
         "variant": "outer_split" if split > 1 else "outer",
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
         "SPLIT": split if split > 1 else 1,
-        "num_warps": _warps_for(block_m * block_n),
+        "num_warps": warps_for(block_m * block_n, 8, 8),  # at most 64 per thread up to the 16Ki tile
         "num_stages": 1 if block_m >= cdiv(rows, split) else 2,
     }
 
@@ -401,7 +378,7 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
 
 def bytes_moved(problem: Problem) -> int:
     batch, rows, cols = int(problem["batch"]), int(problem["rows"]), int(problem["cols"])
-    size = DTYPES[str(problem["dtype"])].itemsize
+    size = element_bytes(str(problem["dtype"]))
     kept = batch * (rows if problem["axis"] == "inner" else cols)
     out = kept * (size + (8 if problem["op"] == "max" else 0))
     return batch * rows * cols * size + out
@@ -411,18 +388,12 @@ def flops(problem: Problem) -> int:
     return int(problem["batch"]) * int(problem["rows"]) * int(problem["cols"])
 
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="reduction",
     description="sum / mean / max (+ indices) over the last dim or a leading/middle dim, fp32 accumulation",
     space=SPACE,
     problem_fields=("op", "axis", "batch", "rows", "cols", "dtype"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
     # Max values are exact. Sums and means differ from the fp64 reference by fp32 accumulation (~1e-7 relative
     # per element, a few 1e-6 over 16Ki terms) and, for fp16/bf16, by one rounding of the result: one ulp is
     # 2**-10 (fp16) or 2**-7 (bf16) relative. Inputs have mean 0.5, so sums are far from cancelling to zero.
@@ -432,8 +403,7 @@ SPEC = KernelSpec(
         "float16": Tolerance(atol=1e-3, rtol=2e-3),
         "bfloat16": Tolerance(atol=8e-3, rtol=1.6e-2),
     },
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], reduction_space]),
+    version=1,
     shape_help="MxN: sum over the last dim; BxMxN: sum over the middle dim M (B=1: dim 0 of a 2-D tensor)",
+    model=MODEL,
 )

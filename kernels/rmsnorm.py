@@ -15,24 +15,29 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import math
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.kernels import row_window as row_window_module
+from tunekit.kernels.common import (
+    check_shape,
+    element_bytes,
+    normal_sampler,
+    pow2_divisor,
+    problems_from_shapes,
+    row_flops,
+    vector_elements,
+)
+from tunekit.kernels.layernorm import ROWS_USAGE, TOLERANCES
+from tunekit.kernels.layernorm import heuristic as heuristic  # the spec's: the same space, the same traffic
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.search_spaces import layernorm as layernorm_space
-from tunekit.search_spaces import rmsnorm as rmsnorm_space
-from tunekit.search_spaces import row_window as row_window_space
-from tunekit.search_spaces.rmsnorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
-from tunekit.search_spaces.row_window import vector_elements
+from tunekit.kernels.rows_model import forward_model, norm_params
+from tunekit.search_spaces.rmsnorm import SPACE
+from tunekit.search_spaces.rows import single_block_n
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -45,16 +50,9 @@ def _rmsnorm_fwd_single(
     X,  # [M, N] input, unit stride along N
     Y,  # [M, N] output, unit stride along N
     W,  # [N] weight (read only when HAS_WEIGHT)
-    M,
-    N,
-    stride_x,
-    stride_y,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride_x, stride_y, eps,
+    HAS_WEIGHT: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     # Triton only learns that a size is a multiple of 16; DIV, a power of two the host found dividing N and both
     # strides, restores 16-byte vector loads for rows like 3000 fp16 values (as in kernels/layernorm.py).
     N = N // DIV * DIV
@@ -77,14 +75,9 @@ def _rmsnorm_fwd_looped(
     X,  # [M, N] input, unit stride along N
     Y,  # [M, N] output, unit stride along N
     W,  # [N] weight (read only when HAS_WEIGHT)
-    N,
-    stride_x,
-    stride_y,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    N, stride_x, stride_y, eps,
+    HAS_WEIGHT: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     N = N // DIV * DIV  # see _rmsnorm_fwd_single
     stride_x = stride_x // DIV * DIV
     stride_y = stride_y // DIV * DIV
@@ -117,15 +110,9 @@ def _rmsnorm_fwd_window(
     X,  # [M, N] input, unit stride along N, 16-byte aligned
     Y,  # [M, N] output, same strides as X, 16-byte aligned
     W,  # [N] weight (read only when HAS_WEIGHT)
-    M,
-    N,
-    stride,
-    eps,
-    HAS_WEIGHT: tl.constexpr,
-    VEC: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride, eps,
+    HAS_WEIGHT: tl.constexpr, VEC: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     offs, col, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
     x = row_window_load(X, offs, in_row, chunk_in, last)
     y = x * tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
@@ -142,10 +129,9 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     if m == 0 or n == 0:
         return
     rows = int(config["ROWS"])
-    g = math.gcd(n, x.stride(0), y.stride(0), 16)  # DIV = g & -g: the largest power of two dividing all, <= 16
     common = {
         "HAS_WEIGHT": weight is not None,
-        "DIV": g & -g,
+        "DIV": pow2_divisor(n, x.stride(0), y.stride(0)),
         "BLOCK_N": int(config["BLOCK_N"]),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
@@ -190,11 +176,7 @@ def torch_baseline(inputs: Inputs) -> torch.Tensor:
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
-
+    randn = normal_sampler(device, seed)
     # An offset mean catches a kernel that subtracts one; weights near 1 keep y O(1).
     x = (randn(rows, cols) * 2.0 + 0.5).to(dtype)
     weight = (1.0 + 0.1 * randn(cols)).to(dtype) if problem["weight"] else None
@@ -202,18 +184,20 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    if len(shape) != 2:
-        raise InvalidShapeError(f"rmsnorm takes a 2-D shape MxN (e.g. 4096x1024), but got {len(shape)}-D {shape}")
+    check_shape("rmsnorm", shape, dtype, ROWS_USAGE, (2,))
     m, n = shape
-    if m < 1 or n < 1:
-        raise InvalidShapeError(f"rmsnorm shape sizes must be >= 1, but got {m}x{n}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"rmsnorm dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
     return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True}
 
 
-_INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 4097))
-_GPU_SHAPES = (
+def key_of(inputs: Inputs) -> ProblemKey:
+    x, weight, _ = inputs
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None)
+
+
+INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 4097))
+# Also the norm backwards' (kernels/layernorm_backward.py).
+GPU_SHAPES = (
     ((16384, 1024), "float16"),
     ((4096, 4096), "bfloat16"),
     ((4096, 4097), "float16"),
@@ -224,91 +208,27 @@ _GPU_SHAPES = (
 
 
 def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    # The interpreter runs every program in Python: keep its set small enough to tune in seconds.
-    if device.is_interpreter:
-        return [problem_from_shape(s, "float32") for s in _INTERPRETER_SHAPES]
-    return [problem_from_shape(s, dtype) for s, dtype in _GPU_SHAPES]
-
-
-# Heuristic constants: the LayerNorm forward's, swept on an H200 (kernels/layernorm.py), for the same space and
-# the same memory traffic; not yet swept for RMSNorm itself.
-SINGLE_MAX_BLOCK_N = 16384
-TARGET_TILE = 2048
-PER_THREAD = 16
-LOOPED_BLOCK_N = 4096
-FEW_ROWS_BLOCK_N = 16384
-
-
-def _warps_for(elements: int, per_thread: int, most: int) -> int:
-    return min(most, max(1, elements // (32 * per_thread)))
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
-def _looped(block_n: int, warps: int) -> Config:
-    return {"variant": "looped", "BLOCK_N": block_n, "ROWS": 1, "num_warps": warps, "num_stages": 1}
-
-
-def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
-    rows, cols = int(problem["rows"]), int(problem["cols"])
-    itemsize = DTYPES[str(problem["dtype"])].itemsize
-    width = single_block_n(cols)
-    if cols * itemsize % 16 and cols >= 2048:
-        # Rows not starting on 16 bytes load element by element: short chunks keep the most loads in flight.
-        block_n = min(LOOPED_BLOCK_N, max(512, next_pow2(cols) // MAX_CHUNKS))
-        return _looped(block_n, _warps_for(block_n * itemsize, 8, 32))
-    if width <= SINGLE_MAX_BLOCK_N:
-        per_program = max(2, TARGET_TILE // width) if width < SINGLE_MAX_BLOCK_N else 1
-        if device.sm_count > 0:  # keep at least two programs per SM
-            per_program = min(per_program, _prev_pow2(rows // (2 * device.sm_count)))
-        per_program = min(per_program, _prev_pow2(rows), 64)
-        return {
-            "variant": "single",
-            "BLOCK_N": width,
-            "ROWS": per_program,
-            "num_warps": _warps_for(per_program * width, PER_THREAD, 16),
-            "num_stages": 1,
-        }
-    if 0 < rows < device.sm_count:  # fewer rows than SMs: each program gets a whole SM's worth of warps
-        return _looped(FEW_ROWS_BLOCK_N, 32)
-    return _looped(LOOPED_BLOCK_N, 16)
+    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
 def bytes_moved(problem: Problem) -> int:
     rows, cols = int(problem["rows"]), int(problem["cols"])
-    size = DTYPES[str(problem["dtype"])].itemsize
-    return (2 * rows * cols + int(bool(problem["weight"])) * cols) * size
+    return (2 * rows * cols + norm_params(problem) * cols) * element_bytes(str(problem["dtype"]))
 
 
-def flops(problem: Problem) -> int:
-    return 4 * int(problem["rows"]) * int(problem["cols"])
+flops = row_flops(4)
 
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="rmsnorm",
     description="RMSNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
-    # As the LayerNorm forward: fp32 differs from torch by ~1e-6 relative; fp16/bf16 outputs by one ulp at most.
-    tolerances={
-        "float32": Tolerance(atol=1e-4, rtol=1e-4),
-        "float16": Tolerance(atol=1e-2, rtol=1e-2),
-        "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
-    },
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest(
-        [sys.modules[__name__], row_window_module, rmsnorm_space, layernorm_space, row_window_space]
-    ),
+    # The LayerNorm forward's: fp32 differs from torch by ~1e-6 relative; fp16/bf16 outputs by one ulp at most.
+    tolerances=TOLERANCES,
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
-    torch_baseline=torch_baseline,
+    # ~7 fp32 operations per element; looped reads x twice; the weight vector. The heuristic is LayerNorm's.
+    model=forward_model(ops=7, looped_reads={"looped": 2}, params=norm_params),
 )

@@ -16,26 +16,21 @@ import tunekit.backend  # noqa: F401
 
 # isort: split
 
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 
 from tunekit.kernels import layernorm_backward as ln_backward
-from tunekit.kernels.layernorm_backward import (
-    GPU_SHAPES,
-    INTERPRETER_SHAPES,
-    TOLERANCES,
-    bytes_moved,
-    heuristic,
-    launch_backward,
-    parse_shape,
-)
-from tunekit.search_spaces import layernorm_backward as ln_backward_space
-from tunekit.search_spaces import rmsnorm_backward as rmsnorm_backward_space
+from tunekit.kernels.common import check_shape, problems_from_shapes, row_flops
+from tunekit.kernels.layernorm import ROWS_USAGE
+from tunekit.kernels.layernorm_backward import INTERPRETER_SHAPES, TOLERANCES, autograd_baseline, launch_backward
+from tunekit.kernels.layernorm_backward import bytes_moved as bytes_moved  # the spec's, as heuristic below
+from tunekit.kernels.layernorm_backward import heuristic as heuristic
+from tunekit.kernels.rmsnorm import GPU_SHAPES
+from tunekit.kernels.rows_model import backward_model
 from tunekit.search_spaces.rmsnorm_backward import SPACE
 from tunekit.space import Config, Problem
-from tunekit.spec import Inputs, KernelSpec, Outputs, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -70,23 +65,17 @@ def reference(inputs: Inputs) -> Outputs:
     return tuple(g.to(d) for g, d in zip(grads, dtypes))
 
 
-# The baseline times torch's backward alone: its forward graph is built once per inputs and kept (one entry).
-_BASELINE_GRAPH: dict[int, tuple[Inputs, torch.Tensor, list[torch.Tensor]]] = {}
+def _torch_forward(inputs: Inputs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x, _, weight, want_dw, eps = inputs
+    xr = x.detach().requires_grad_()
+    wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
+    y = torch.nn.functional.rms_norm(xr, (x.shape[1],), wr, eps)
+    return y, [xr] + ([wr] if wr is not None and want_dw else [])
 
 
 def torch_baseline(inputs: Inputs) -> tuple[torch.Tensor, ...]:
     """What a user runs today: the backward of torch.nn.functional.rms_norm (autograd) in the input dtype."""
-    cached = _BASELINE_GRAPH.get(id(inputs))
-    if cached is None or cached[0] is not inputs:
-        x, _, weight, want_dw, eps = inputs
-        xr = x.detach().requires_grad_()
-        wr = weight.detach().requires_grad_(bool(want_dw)) if weight is not None else None
-        y = torch.nn.functional.rms_norm(xr, (x.shape[1],), wr, eps)
-        leaves = [xr] + ([wr] if wr is not None and want_dw else [])
-        _BASELINE_GRAPH.clear()
-        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, y, leaves)
-    _, y, leaves = cached
-    return torch.autograd.grad(y, leaves, inputs[1], retain_graph=True)
+    return autograd_baseline(inputs, _torch_forward)
 
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
@@ -95,37 +84,32 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    m, n = parse_shape("rmsnorm_backward", shape, dtype)
+    check_shape("rmsnorm_backward", shape, dtype, ROWS_USAGE, (2,))
+    m, n = shape
     return {"rows": row_bucket(m), "cols": n, "dtype": dtype, "weight": True}
 
 
+def key_of(inputs: Inputs) -> ProblemKey:
+    x, _, weight, _, _ = inputs
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None)
+
+
 def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    # The interpreter runs every program in Python: keep its set small enough to tune in seconds.
-    if device.is_interpreter:
-        return [problem_from_shape(s, "float32") for s in INTERPRETER_SHAPES]
-    return [problem_from_shape(s, dtype) for s, dtype in GPU_SHAPES]
+    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
-def flops(problem: Problem) -> int:
-    return 9 * int(problem["rows"]) * int(problem["cols"])
+flops = row_flops(9)
 
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="rmsnorm_backward",
     description="RMSNorm backward over the last dim of a 2-D tensor: dx, dweight (rstd recomputed)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
     tolerances=TOLERANCES,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], rmsnorm_backward_space, ln_backward, ln_backward_space]),
+    version=1,
     shape_help="MxN, e.g. 4096x1024",
-    torch_baseline=torch_baseline,
+    model=backward_model(partials=lambda problem: int(bool(problem.get("weight", False)))),  # dweight only
 )

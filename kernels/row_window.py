@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-VECTOR_BYTES = 16
+from tunekit.kernels.common import VECTOR_BYTES
 
 
 def window_fits(*tensors: torch.Tensor) -> bool:

@@ -17,22 +17,28 @@ from __future__ import annotations
 import tunekit.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
 
 # isort: on
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.kernels import row_window as row_window_module
+from tunekit.kernels.common import (
+    check_shape,
+    element_bytes,
+    next_pow2,
+    normal_sampler,
+    prev_pow2,
+    row_flops,
+    vector_elements,
+    warps_for,
+)
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.search_spaces import row_window as row_window_space
-from tunekit.search_spaces import softmax as softmax_space
-from tunekit.search_spaces.row_window import vector_elements
-from tunekit.search_spaces.softmax import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, SPACE, next_pow2, single_block_n
+from tunekit.kernels.rows_model import forward_model
+from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
+from tunekit.search_spaces.softmax import SPACE
 from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, Tolerance, row_bucket, source_digest
+from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
@@ -42,14 +48,9 @@ if TYPE_CHECKING:
 def _softmax_single(
     X,  # [M, N] input, unit stride along N
     Y,  # [M, N] output, unit stride along N
-    M,
-    N,
-    stride_x,
-    stride_y,
-    LOG: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride_x, stride_y,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -67,14 +68,9 @@ def _softmax_single(
 def _softmax_window(
     X,  # [M, N] input, unit stride along N, 16-byte aligned
     Y,  # [M, N] output, same strides as X, 16-byte aligned
-    M,
-    N,
-    stride,
-    LOG: tl.constexpr,
-    VEC: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    M, N, stride,
+    LOG: tl.constexpr, VEC: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     offs, _, in_row, chunk_in, chunk_full, last = row_window(M, N, stride, VEC, BLOCK_N, ROWS)
     x = tl.where(in_row, row_window_load(X, offs, in_row, chunk_in, last), float("-inf"))
     z = x - tl.max(x, axis=1)[:, None]
@@ -103,12 +99,9 @@ def _softmax_write(x_row, y_row, N, row_max, total, LOG: tl.constexpr, BLOCK_N: 
 def _softmax_online(
     X,  # [M, N] input, unit stride along N
     Y,  # [M, N] output, unit stride along N
-    N,
-    stride_x,
-    stride_y,
-    LOG: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    N, stride_x, stride_y,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     cols = tl.arange(0, BLOCK_N)
@@ -135,12 +128,9 @@ def _softmax_online(
 def _softmax_looped(
     X,  # [M, N] input, unit stride along N
     Y,  # [M, N] output, unit stride along N
-    N,
-    stride_x,
-    stride_y,
-    LOG: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
+    N, stride_x, stride_y,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     cols = tl.arange(0, BLOCK_N)
@@ -202,9 +192,8 @@ def reference(inputs: Inputs) -> Outputs:
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
-    gen = torch.Generator(device=device).manual_seed(seed)
     # A spread of 3 makes the row max matter (exp overflows without it); an offset catches a lost max shift.
-    x = torch.randn(rows, cols, generator=gen, device=device, dtype=torch.float32) * 3.0 + 2.0
+    x = normal_sampler(device, seed)(rows, cols) * 3.0 + 2.0
     return (x.to(dtype), bool(problem["log"]))
 
 
@@ -214,16 +203,15 @@ def problem(shape: tuple[int, int], dtype: str, log: bool = False) -> Problem:
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
-    if len(shape) != 2:
-        raise InvalidShapeError(
-            f"softmax takes a 2-D shape MxN (softmax over N, e.g. 8192x4096), but got {len(shape)}-D {shape}"
-        )
+    check_shape("softmax", shape, dtype, "a 2-D shape MxN (softmax over N, e.g. 8192x4096)", (2,))
     m, n = shape
-    if m < 1 or n < 1:
-        raise InvalidShapeError(f"softmax shape sizes must be >= 1, but got {m}x{n}")
-    if dtype not in DTYPES:
-        raise InvalidInputError(f"softmax dtype must be one of {sorted(DTYPES)}, but got {dtype!r}")
     return problem((m, n), dtype)
+
+
+def key_of(inputs: Inputs) -> ProblemKey:
+    x, log = inputs
+    m, n = x.shape
+    return (row_bucket(m), n, DTYPE_NAMES[x.dtype], log)
 
 
 _INTERPRETER_PROBLEMS = (((32, 1000), "float32", False), ((8, 3000), "float32", True), ((64, 33), "float16", False))
@@ -251,13 +239,9 @@ LOOPED_BLOCK_N = 4096
 TARGET_TILE = 4096  # elements per program when several short rows share one
 
 
-def _warps_for(tile: int) -> int:
+def _warps(tile: int) -> int:
     """Triton tutorial's rule (a warp per 256 elements, at most 8), raised until no thread holds over 32."""
-    return min(32, max(1, min(tile // 256, 8), tile // 1024))
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
+    return max(warps_for(tile, 8, 8), warps_for(tile, 32, 32))
 
 
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
@@ -266,13 +250,13 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     if width <= SINGLE_MAX_BLOCK_N:
         per_program = max(1, TARGET_TILE // width)
         if device.sm_count > 0:  # keep at least two programs per SM
-            per_program = min(per_program, _prev_pow2(rows // (2 * device.sm_count)))
+            per_program = min(per_program, prev_pow2(rows // (2 * device.sm_count)))
         per_program = min(per_program, rows, 64)
         return {
             "variant": "single",
             "BLOCK_N": width,
             "ROWS": per_program,
-            "num_warps": _warps_for(per_program * width),
+            "num_warps": _warps(per_program * width),
             "num_stages": 1,
         }
     # Wide rows: 32 warps per row. Fewer rows in flight per SM keep each row's second read in L2 (measured on an
@@ -282,25 +266,18 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
 
 
 def bytes_moved(problem: Problem) -> int:
-    return 2 * int(problem["rows"]) * int(problem["cols"]) * DTYPES[str(problem["dtype"])].itemsize
+    return 2 * int(problem["rows"]) * int(problem["cols"]) * element_bytes(str(problem["dtype"]))
 
 
-def flops(problem: Problem) -> int:
-    return 5 * int(problem["rows"]) * int(problem["cols"])
+flops = row_flops(5)
 
 
-SPEC = KernelSpec(
+SPEC = KernelSpec.of_module(
+    __name__,
     name="softmax",
     description="softmax / log_softmax over the last dim of a 2-D tensor (fp32 math; single, online, looped)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "log"),
-    launch=launch,
-    alloc_outputs=alloc_outputs,
-    reference=reference,
-    make_inputs=make_inputs,
-    problem_from_shape=problem_from_shape,
-    default_problems=default_problems,
-    heuristic=heuristic,
     # Softmax values lie in [0, 1], log_softmax values are O(-10..0). fp32: exp2/log approximations and
     # summation order differ from the fp64 reference by ~1e-6 relative. fp16/bf16: one rounding of the result,
     # one ulp is 2**-10 (fp16) or 2**-7 (bf16) relative; atol covers fp16 subnormals of tiny probabilities.
@@ -309,8 +286,8 @@ SPEC = KernelSpec(
         "float16": Tolerance(atol=1e-5, rtol=2e-3),
         "bfloat16": Tolerance(atol=1e-4, rtol=1.6e-2),
     },
-    bytes_moved=bytes_moved,
-    flops=flops,
-    source_hash=source_digest([sys.modules[__name__], row_window_module, softmax_space, row_window_space]),
+    version=1,
     shape_help="MxN (softmax over the last dim N), e.g. 8192x4096",
+    # ~8 fp32 operations per element; online reads x twice, looped three times; no parameter vectors.
+    model=forward_model(ops=8, looped_reads={"online": 2, "looped": 3}, params=lambda problem: 0),
 )

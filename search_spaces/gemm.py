@@ -1,4 +1,4 @@
-"""Search space of the fused-epilogue GEMM (kernels/gemm.py): C = act(alpha * A @ B + bias) + beta * residual.
+"""Search space of the fused-epilogue GEMM (kernels/gemm/): C = act(alpha * A @ B + bias) + beta * residual.
 
 Five variants, one kernel function each but `staged`, which runs `tma`'s:
 - `grouped`: one program per C tile, tiles launched in GROUP_M-row bands so neighbouring programs share A and
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.kernels.common import VECTOR_BYTES, cdiv, element_bytes, next_pow2, threads
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
@@ -43,18 +44,12 @@ VARIANTS = ("grouped", "persistent", "splitk", "tma", "staged")
 TMA_VARIANTS = ("tma", "staged")  # the variants that run the tensor-descriptor kernel
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 LAYOUTS = ("row", "col")
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-THREADS_PER_WARP = 32
 # fp32 accumulator values one thread may hold before the tile spills (255 registers, the rest for addresses).
 MAX_ACC_PER_THREAD = 128
 # Below this many tile elements per warp, eight warps idle on each other.
 MIN_TILE_PER_WARP = 1024
 MAX_SPLITK_WORKSPACE_BYTES = 512 * 1024 * 1024
-ALIGN_BYTES = 16  # TMA: base pointers and global (leading) strides must be multiples of 16 bytes
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+ALIGN_BYTES = VECTOR_BYTES  # TMA: base pointers and global (leading) strides must be multiples of 16 bytes
 
 
 def is_aligned16(m: int, n: int, k: int, dtype: str, a_layout: str) -> bool:
@@ -68,9 +63,9 @@ def is_aligned16(m: int, n: int, k: int, dtype: str, a_layout: str) -> bool:
     contiguous operands, so sizes decide it. That is what TMA's tensor descriptors need: sizes themselves need no
     alignment (tiles past the edge load as zeros), so bf16 3000x3000x3000 (6000-byte rows) is aligned, and 2-byte
     types need multiples of 8 elements, fp32 multiples of 4. (The non-TMA kernels' ALIGN hint is separate: the
-    power of two, in elements, dividing the runtime sizes and strides, kernels/gemm.py `_alignment`.)
+    power of two, in elements, dividing the runtime sizes and strides, kernels/gemm/host.py `_alignment`.)
     """
-    size = ELEMENT_BYTES[dtype]
+    size = element_bytes(dtype)
     dims = (n, k) if a_layout == "row" else (n, k, m)
     return all(d * size % ALIGN_BYTES == 0 for d in dims)
 
@@ -90,15 +85,11 @@ def has_tma(device: DeviceFingerprint) -> bool:
 def smem_bytes(config: Config, problem: Problem) -> int:
     """Shared memory the software pipeline buffers: num_stages tiles of A and of B."""
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
-    return int(config["num_stages"]) * (bm * bk + bk * bn) * ELEMENT_BYTES[str(problem["dtype"])]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return int(config["num_stages"]) * (bm * bk + bk * bn) * element_bytes(str(problem["dtype"]))
 
 
 def _group_m_canonical(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    one_row_of_tiles = _cdiv(int(problem["m"]), int(config["BLOCK_M"])) == 1
+    one_row_of_tiles = cdiv(int(problem["m"]), int(config["BLOCK_M"])) == 1
     return (int(config["GROUP_M"]) == 1) == one_row_of_tiles
 
 
@@ -117,7 +108,7 @@ def _block_n_at_least_64(config: Config, problem: Problem, device: DeviceFingerp
 def _splitk_few_tiles(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     if config["variant"] != "splitk" or device.sm_count == 0:
         return True
-    tiles = _cdiv(int(problem["m"]), int(config["BLOCK_M"])) * _cdiv(int(problem["n"]), int(config["BLOCK_N"]))
+    tiles = cdiv(int(problem["m"]), int(config["BLOCK_M"])) * cdiv(int(problem["n"]), int(config["BLOCK_N"]))
     return tiles < device.sm_count
 
 
@@ -173,8 +164,7 @@ def _block_n_within_n(config: Config, problem: Problem, device: DeviceFingerprin
 
 
 def _acc_fits_registers(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    threads = THREADS_PER_WARP * int(config["num_warps"])
-    return int(config["BLOCK_M"]) * int(config["BLOCK_N"]) <= MAX_ACC_PER_THREAD * threads
+    return int(config["BLOCK_M"]) * int(config["BLOCK_N"]) <= MAX_ACC_PER_THREAD * threads(config)
 
 
 def _warps_have_work(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:

@@ -18,12 +18,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.kernels.common import THREADS_PER_WARP, cdiv, prev_pow2, threads
+from tunekit.search_spaces.rows import (
+    AT_LEAST_ONE_ELEMENT_PER_THREAD,
+    LOOPED_CHUNKS_NOT_TINY,
+    looped_block_narrower_than_row,
+    looped_one_row,
+    single_covers_row,
+    tile,
+)
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
 
-THREADS_PER_WARP = 32
 MAX_BLOCK_N = 8192  # the register budget below allows at most 8192 elements per program
 REGISTERS_PER_BLOCK = 65536  # every NVIDIA part since sm_50; ptxas caps a thread at this / threads, and at 255
 # Register use per thread measured with ptxas for sm_90 (Triton 3.6, bf16, LayerNorm): about 50 at 4 elements
@@ -32,25 +40,10 @@ REGISTER_BASE = 24
 REGISTERS_PER_ELEMENT = 7
 MAX_PER_THREAD_SINGLE = 32
 MAX_PER_THREAD_LOOPED = 16  # a looped lane carries four Welford/co-moment accumulators besides x and dy*w
-MAX_CHUNKS = 16
-WIDE_CHUNK = 4096
 MAX_ROWS_PER_PROGRAM = 1024
 # On a GPU: at least one program per SM (unless a program holds a single tile), at most this many per SM (the
 # workspace the second kernel reads grows with the program count).
 MAX_PROGRAMS_PER_SM = 16
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def single_block_n(cols: int) -> int:
-    """The block width a single-variant program needs for a row of `cols` (16 is the space's smallest)."""
-    return max(16, next_pow2(cols))
 
 
 def programs(config: Config, problem: Problem) -> int:
@@ -58,39 +51,8 @@ def programs(config: Config, problem: Problem) -> int:
     return cdiv(int(problem["rows"]), int(config["ROWS_PER_PROGRAM"]))
 
 
-def _tile(config: Config) -> int:
-    return int(config["ROWS"]) * int(config["BLOCK_N"])
-
-
-def _threads(config: Config) -> int:
-    return THREADS_PER_WARP * int(config["num_warps"])
-
-
-def _single_covers_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "single" or config["BLOCK_N"] == single_block_n(int(problem["cols"]))
-
-
-def _looped_needs_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "looped" or int(config["BLOCK_N"]) < int(problem["cols"])
-
-
-def _looped_one_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return config["variant"] != "looped" or config["ROWS"] == 1
-
-
-def _looped_few_chunks(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    if config["variant"] != "looped":
-        return True
-    block_n = int(config["BLOCK_N"])
-    return block_n * MAX_CHUNKS >= int(problem["cols"]) or block_n >= WIDE_CHUNK
-
-
 def _whole_tiles_per_program(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return int(config["ROWS_PER_PROGRAM"]) >= int(config["ROWS"])
-
-
-def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) >= _threads(config) or config["num_warps"] == 1
 
 
 def max_per_thread(variant: str, num_warps: int) -> int:
@@ -98,11 +60,11 @@ def max_per_thread(variant: str, num_warps: int) -> int:
     budget = min(255, REGISTERS_PER_BLOCK // (THREADS_PER_WARP * num_warps))
     fits = max(1, (budget - REGISTER_BASE) // REGISTERS_PER_ELEMENT)
     cap = MAX_PER_THREAD_SINGLE if variant == "single" else MAX_PER_THREAD_LOOPED
-    return min(cap, 1 << (fits.bit_length() - 1))
+    return min(cap, prev_pow2(fits))
 
 
 def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) <= max_per_thread(str(config["variant"]), int(config["num_warps"])) * _threads(config)
+    return tile(config) <= max_per_thread(str(config["variant"]), int(config["num_warps"])) * threads(config)
 
 
 def _rows_fit_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -135,30 +97,18 @@ SPACE = SearchSpace(
     rules=(
         Rule(
             "single_block_covers_row",
-            _single_covers_row,
+            single_covers_row,
             why="single keeps whole rows in one block: BLOCK_N must be max(16, next_pow2(cols)), no more",
         ),
-        Rule(
-            "looped_block_narrower_than_row",
-            _looped_needs_chunks,
-            why="one chunk is the single variant reading x and dy twice",
-        ),
-        Rule("looped_one_row_per_tile", _looped_one_row, why="the looped variant walks one row at a time"),
-        Rule(
-            "looped_chunks_not_tiny",
-            _looped_few_chunks,
-            why="at most 16 chunks unless chunks are 4096+ wide: many narrow chunks are latency-bound",
-        ),
+        looped_block_narrower_than_row("and dy twice"),
+        Rule("looped_one_row_per_tile", looped_one_row, why="the looped variant walks one row at a time"),
+        LOOPED_CHUNKS_NOT_TINY,
         Rule(
             "whole_tiles_per_program",
             _whole_tiles_per_program,
             why="a program walks its ROWS_PER_PROGRAM rows ROWS at a time: ROWS_PER_PROGRAM >= ROWS",
         ),
-        Rule(
-            "at_least_one_element_per_thread",
-            _every_thread_busy,
-            why="ROWS*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny rows)",
-        ),
+        AT_LEAST_ONE_ELEMENT_PER_THREAD,
         Rule(
             "registers_do_not_spill",
             _no_spill,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.kernels.common import cdiv, next_pow2, threads
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
@@ -31,33 +32,24 @@ if TYPE_CHECKING:
 # The activations the kernel fuses, by the name a problem and the ops use (a constexpr flag in the kernel).
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 
-THREADS_PER_WARP = 32
 MIN_BLOCK = 128
 MAX_BLOCK = 16384
 MIN_BLOCK_N = 16
 MAX_ELEMENTS_PER_THREAD = 64
 
 
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
 def problem_rows(problem: Problem) -> int:
     """Rows of the [M, N] view: numel / cols rounded up (1 when there is no bias)."""
     cols = int(problem["cols"])
-    return 1 if cols <= 0 else max(1, -(-int(problem["numel"]) // cols))
-
-
-def _threads(config: Config) -> int:
-    return THREADS_PER_WARP * int(config["num_warps"])
+    return 1 if cols <= 0 else max(1, cdiv(int(problem["numel"]), cols))
 
 
 def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["BLOCK"]) >= _threads(config)
+    return int(config["BLOCK"]) >= threads(config)
 
 
 def _few_elements_per_thread(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["BLOCK"]) <= MAX_ELEMENTS_PER_THREAD * _threads(config)
+    return int(config["BLOCK"]) <= MAX_ELEMENTS_PER_THREAD * threads(config)
 
 
 def _block_within_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:

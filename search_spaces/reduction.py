@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.kernels.common import cdiv, element_bytes, next_pow2, threads
 from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
 
-THREADS_PER_WARP = 32
 MAX_TILE = 16384  # fp32 accumulators (plus int32 indices for max) of one program
 MAX_ELEMENTS_PER_THREAD = 64
 MAX_INNER_CHUNKS = 64
@@ -34,15 +34,6 @@ MAX_BLOCK_M = 4096
 MAX_BLOCK_N = 8192
 MAX_SPLIT = 512
 MIN_OUTER_BLOCK_N = 16  # 32 bytes of fp16 or 64 of fp32 per row of a chunk: whole sectors, coalesced
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def rows_per_split(rows: int, split: int) -> int:
@@ -51,10 +42,6 @@ def rows_per_split(rows: int, split: int) -> int:
 
 def _tile(config: Config) -> int:
     return int(config["BLOCK_M"]) * int(config["BLOCK_N"])
-
-
-def _threads(config: Config) -> int:
-    return THREADS_PER_WARP * int(config["num_warps"])
 
 
 def _is_inner(config: Config) -> bool:
@@ -100,11 +87,11 @@ def _tile_fits(config: Config, problem: Problem, device: DeviceFingerprint) -> b
 
 
 def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) >= _threads(config) or config["num_warps"] == 1
+    return _tile(config) >= threads(config) or config["num_warps"] == 1
 
 
 def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) <= MAX_ELEMENTS_PER_THREAD * _threads(config)
+    return _tile(config) <= MAX_ELEMENTS_PER_THREAD * threads(config)
 
 
 def loops(config: Config, problem: Problem) -> bool:
@@ -121,7 +108,7 @@ def _stages_need_loop(config: Config, problem: Problem, device: DeviceFingerprin
 def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     if config["num_stages"] == 1 or device.smem_per_block == 0:  # the interpreter has no shared memory limit
         return True
-    staged = (int(config["num_stages"]) - 1) * _tile(config) * ELEMENT_BYTES[str(problem["dtype"])]
+    staged = (int(config["num_stages"]) - 1) * _tile(config) * element_bytes(str(problem["dtype"]))
     return staged <= device.smem_per_block
 
 

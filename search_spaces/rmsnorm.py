@@ -12,6 +12,6 @@ and dtype only.
 
 from __future__ import annotations
 
-from tunekit.search_spaces.layernorm import MAX_CHUNKS, SPACE, next_pow2, single_block_n
+from tunekit.search_spaces.layernorm import SPACE
 
-__all__ = ["MAX_CHUNKS", "SPACE", "next_pow2", "single_block_n"]
+__all__ = ["SPACE"]

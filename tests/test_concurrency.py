@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,13 +16,14 @@ import textwrap
 import time
 from pathlib import Path
 
+from crafting import raw_rows
 from test_store import make_entry
 from toy_kernel import PlantedTimer
 
 from tunekit.cache_key import CacheKey
 from tunekit.device import fingerprint
 from tunekit.entry import Entry
-from tunekit.store import Store, _parse
+from tunekit.store import DB_NAME, Store, _parse
 
 TESTS = Path(__file__).parent
 PREAMBLE = f"""
@@ -123,6 +125,69 @@ def test_sigkill_mid_run_loses_at_most_the_trial_in_flight_and_the_rerun_resumes
     assert final.config == PlantedTimer().best and final.config in confirm
 
 
+# ------------------------------------------------------------------------------------------ SIGKILL inside writes
+
+PUTTER = """
+import sys
+from tunekit.cache_key import CacheKey
+from tunekit.entry import Entry, TrialRecord
+from tunekit.store import Store
+log = open(sys.argv[1], "a", buffering=1)
+start = int(sys.argv[2])
+with Store() as store:
+    print("ready", flush=True)
+    for n in range(start, start + 10**6):
+        key = CacheKey.make("toy", "srchash", "dev", {"rows": n % 5, "cols": 32, "dtype": "float32"})
+        trials = tuple(TrialRecord({"BLOCK": 8, "n": n, "i": i, "pad": "x" * 40}, "ok", 1.0 + i) for i in range(20))
+        store.put(Entry(key, {"BLOCK": 8, "n": n}, 1.0 + n % 7, {"name": "cpu"}, {"n": n}, trials))
+        log.write(f"{n}\\n")  # after put returned: committed
+"""
+
+
+def test_sigkill_at_random_points_inside_store_writes_loses_nothing(tmp_path, isolated_cache):
+    """A process looping read-merge-write puts is SIGKILLed after a random delay, again and again: every put that
+    returned before the kill is there and readable, nothing is stored twice or half, and the journal a kill inside
+    a write leaves behind is rolled back by the next reader. At least 10 kills, until 3 landed inside a write."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    log = tmp_path / "committed.log"
+    journal = isolated_cache / f"{DB_NAME}-journal"
+    kills = inside = hot = 0
+    while kills < 10 or (inside < 3 and kills < 30):
+        done = [int(n) for n in log.read_text().split()] if log.exists() else []
+        child = subprocess.Popen(
+            [sys.executable, "-c", PUTTER, str(log), str(max(done, default=-1) + 1)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready", child.stderr
+        time.sleep(rng.uniform(0.05, 1.0))
+        child.send_signal(signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+        child.stdout.close()
+        child.stderr.close()
+        kills += 1
+        inside += journal.exists()  # the kill came inside a write transaction
+        hot += journal.exists() and journal.read_bytes()[:1] not in (b"", b"\0")  # mid-write: must be rolled back
+        committed = [int(n) for n in log.read_text().split()]
+        with Store() as store:  # reads first: the killed writer's journal is rolled back here
+            stored = {e.key.digest: e for e in store.entries()}
+            assert len(store) == len(stored) == min(5, max(committed, default=-1) + 2), (seed, kills)
+        assert not journal.exists() or journal.read_bytes()[:1] in (b"", b"\0")  # rolled back (or never hot)
+        trials: dict[int, list[int]] = {}
+        for e in stored.values():
+            ids = [json.dumps(t.config, sort_keys=True) for t in e.trials]
+            assert len(ids) == len(set(ids)), (seed, kills)  # nothing stored twice
+            for t in e.trials:
+                trials.setdefault(int(t.config["n"]), []).append(int(t.config["i"]))
+        for n in committed:  # every put that returned before the kill
+            assert sorted(trials.get(n, [])) == list(range(20)), (seed, kills, n)
+        assert all(sorted(v) == list(range(20)) for v in trials.values()), (seed, kills)  # no put half-stored
+    print(f"{kills} kills (seed {seed}): {inside} inside a write transaction, {hot} left a hot journal")
+    assert inside >= 3, f"only {inside} of {kills} kills landed inside a write (seed {seed})"
+
+
 # ------------------------------------------------------------------------------------------ 8 concurrent writers
 
 WRITER = """
@@ -177,7 +242,7 @@ def test_eight_writers_at_once_lose_nothing_and_keep_the_fastest(toy, tmp_path):
         results.append(json.loads(out.strip().splitlines()[-1]))
 
     with Store() as store:
-        raw = {digest: store._cache.get(digest) for digest in store._iter_keys()}
+        raw = raw_rows()
         entries = {e.key.digest: e for e in store.entries()}
     assert len(raw) == 4 and all(_parse(d, payload)[0] is not None for d, payload in raw.items())  # none corrupt
     for k in range(3):

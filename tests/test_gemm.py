@@ -22,6 +22,9 @@ from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import gemm as G
+from tunekit.kernels.common import pow2_divisor
+from tunekit.kernels.gemm import host as GH
+from tunekit.kernels.gemm import problem as GP
 from tunekit.ops.gemm import linear, matmul
 from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
 from tunekit.simulate import check_table
@@ -179,7 +182,7 @@ def test_tma_kernel_runs_in_interpreter(layouts: tuple[str, str], dtype: torch.d
     for (m, n, k), epilogue in (((64, 48, 32), "bias_gelu"), ((48, 32, 80), "gelu_tanh_residual")):
         inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts)
         assert G.tensors_aligned16(*inputs[:4]) and is_aligned16(m, n, k, DTYPE_NAMES[dtype], layouts[0])
-        assert G._tma_descriptors(inputs[0], inputs[1], 32, 16, 16) is not None  # really the TMA kernel
+        assert GH._tma_descriptors(inputs[0], inputs[1], 32, 16, 16) is not None  # really the TMA kernel
         got = run_launch(config("tma", 32, 16, 16, group_m=1), inputs)
         assert_matches(got, reference64(inputs), f"tma {layouts} {m}x{n}x{k}")
 
@@ -212,10 +215,10 @@ def test_tma_on_byte_aligned_sizes(
     cfg = config("tma", 64, 32, 32, group_m=1 if m <= 64 else 8)
     assert SPACE.is_valid(cfg, problem, H200), SPACE.violations(cfg, problem, H200)
     inputs = SPEC.make_inputs(problem, CPU, 0)
-    assert G.tensors_aligned16(*inputs[:4]) and G._tma_descriptors(inputs[0], inputs[1], 64, 32, 32) is not None
+    assert G.tensors_aligned16(*inputs[:4]) and GH._tma_descriptors(inputs[0], inputs[1], 64, 32, 32) is not None
 
     for name in ("_gemm_grouped_kernel", "_gemm_persistent_kernel", "_gemm_splitk_kernel"):
-        monkeypatch.setattr(G, name, _NotTma())  # a fallback to plain loads fails here
+        monkeypatch.setattr(GH, name, _NotTma())  # a fallback to plain loads fails here
     got = run_launch(cfg, inputs)
     assert_matches(got, reference64(inputs), f"tma {dtype} {layouts} {m}x{n}x{k}")
     assert verify_config(SPEC, cfg, problem, CPU, seed=1) is None
@@ -234,14 +237,14 @@ def test_staged_runs_the_tma_kernel_on_aligned_copies(
     """The copies get 16-byte leading strides in the operand's own layout; the TMA kernel (no fallback to plain
     loads) reads them and writes the unpadded C, bias and residual read as they are."""
     for name in ("_gemm_grouped_kernel", "_gemm_persistent_kernel", "_gemm_splitk_kernel"):
-        monkeypatch.setattr(G, name, _NotTma())
+        monkeypatch.setattr(GH, name, _NotTma())
     cfg = config("staged", 32, 32, 32, group_m=8)
     for i, ((m, n, k), epilogue) in enumerate(itertools.product(UNALIGNED, ("bias_gelu", "alpha_beta"))):
         inputs = gemm_inputs(m, n, k, dtype, epilogue, layouts, seed=i)
         a, b = inputs[0], inputs[1]
         assert not G.tensors_aligned16(a) and not G.tensors_aligned16(b)
         for t in (a, b):
-            copy = G._staged(t)
+            copy = GH._staged(t)
             assert G.tensors_aligned16(copy) and G.layout_of(copy) == G.layout_of(t) and torch.equal(copy, t)
         assert_matches(run_launch(cfg, inputs), reference64(inputs), f"staged {epilogue} {m}x{n}x{k} {layouts}")
 
@@ -249,21 +252,21 @@ def test_staged_runs_the_tma_kernel_on_aligned_copies(
 def test_staged_copies_only_unaligned_operands(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 16-byte aligned operand goes to the kernel as it is; an unaligned one, strided included, is copied."""
     aligned = torch.randn(24, 40, dtype=torch.bfloat16)
-    assert G._staged(aligned) is aligned
+    assert GH._staged(aligned) is aligned
     strided = torch.randn(66, 130, dtype=torch.bfloat16)[::2, ::2][:33, :45]
-    copy = G._staged(strided)
+    copy = GH._staged(strided)
     assert G.layout_of(copy) == "row" and copy.stride() == (48, 1) and torch.equal(copy, strided)
 
     # A [33, 45] has 90-byte rows: copied, padded to 48 columns. B [45, 40] has 80-byte rows: used as it is.
     inputs = gemm_inputs(33, 40, 45, torch.bfloat16, "bias_relu")
     described: list[tuple[torch.Tensor, torch.Tensor]] = []
-    real = G._tma_descriptors
+    real = GH._tma_descriptors
 
     def spy(a: torch.Tensor, b: torch.Tensor, bm: int, bn: int, bk: int) -> object:
         described.append((a, b))
         return real(a, b, bm, bn, bk)
 
-    monkeypatch.setattr(G, "_tma_descriptors", spy)
+    monkeypatch.setattr(GH, "_tma_descriptors", spy)
     assert_matches(run_launch(config("staged", 32, 32, 32, group_m=8), inputs), reference64(inputs))
     ((a, b),) = described
     assert a.stride() == (48, 1) and a.data_ptr() != inputs[0].data_ptr() and b is inputs[1]
@@ -271,7 +274,7 @@ def test_staged_copies_only_unaligned_operands(monkeypatch: pytest.MonkeyPatch) 
 
 def test_staged_falls_back_to_plain_loads_on_the_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no descriptor can be built, the grouped kernel runs on the aligned copies, with the same tiles."""
-    monkeypatch.setattr(G, "_tma_descriptors", lambda *args: None)
+    monkeypatch.setattr(GH, "_tma_descriptors", lambda *args: None)
     inputs = gemm_inputs(37, 45, 53, torch.float16, "alpha_beta", ("col", "row"))
     assert_matches(run_launch(config("staged", 32, 32, 32, group_m=8), inputs), reference64(inputs))
 
@@ -312,16 +315,16 @@ def test_alignment_hints() -> None:
         inputs = gemm_inputs(m, n, k, torch.float16, "alpha_beta", layouts)
         a, b, _, residual = inputs[:4]
         c = torch.empty(m, n, dtype=a.dtype)
-        align = G._alignment(a, b, c, residual, layouts[0] == "col", layouts[1] == "col")
+        align = GH._alignment(a, b, c, residual, layouts[0] == "col", layouts[1] == "col")
         assert align == (1 if layouts[0] == "col" and m == 17 else 8)
         for cfg in VARIANT_CONFIGS.values():
             assert_matches(run_launch(cfg, inputs), reference64(inputs), f"{cfg['variant']} {m}x{n}x{k} {layouts}")
-    assert G._pow2_divisor(3000, 0, 4096) == 8 and G._pow2_divisor(4096, 64) == 16 and G._pow2_divisor(7) == 1
+    assert pow2_divisor(3000, 0, 4096) == 8 and pow2_divisor(4096, 64) == 16 and pow2_divisor(7) == 1
 
 
 def test_tma_falls_back_on_unaligned_operands() -> None:
     inputs = gemm_inputs(20, 17, 33, torch.float16, "bias_relu")
-    assert G._tma_descriptors(inputs[0], inputs[1], 16, 16, 16) is None
+    assert GH._tma_descriptors(inputs[0], inputs[1], 16, 16, 16) is None
     assert_matches(run_launch(config("tma"), inputs), reference64(inputs))
 
 
@@ -344,7 +347,7 @@ def test_splitk_uneven_and_empty_splits_and_determinism() -> None:
 
 def test_64bit_offsets_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tensors spanning 2**31 elements use int64 offsets; exercise that path by lowering the threshold."""
-    monkeypatch.setattr(G, "INT32_LIMIT", 8)
+    monkeypatch.setattr(GH, "INT32_LIMIT", 8)
     inputs = gemm_inputs(33, 17, 65, torch.float16, "gelu_tanh_residual", ("col", "row"))
     for cfg in (*VARIANT_CONFIGS.values(), config("tma")):
         assert_matches(run_launch(cfg, inputs), reference64(inputs), cfg["variant"])
@@ -395,7 +398,7 @@ def test_wrong_kernel_fails_verification(monkeypatch: pytest.MonkeyPatch) -> Non
     def doubled(acc, bias, residual, activation, alpha, beta):  # type: ignore[no-untyped-def]
         return real(real(acc, bias, residual, activation, alpha, beta), bias, residual, activation, alpha, beta)
 
-    monkeypatch.setattr(G, "epilogue_reference", doubled)
+    monkeypatch.setattr(GP, "epilogue_reference", doubled)
     assert verify_config(SPEC, config(), problem, CPU, seed=0) is not None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,9 +122,9 @@ def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_optio
 def test_a_worker_that_cannot_load_the_kernel_is_a_clear_error(toy, monkeypatch):
     from tunekit import registry
 
-    edited = dataclasses.replace(toy, source_hash="0123456789abcdef")  # the tuner's spec is not the module's
+    edited = dataclasses.replace(toy, version=toy.version + 1)  # the tuner's spec is not the module's
     monkeypatch.setitem(registry._loaded, "toy", edited)
-    with pytest.raises(TunekitError, match=r"source hash \w+, but the tuner has 0123456789abcdef"):
+    with pytest.raises(TunekitError, match=rf"source hash \S+, but the tuner has {re.escape(edited.source_hash)}"):
         tune(edited, PROBLEM, fingerprint(), TuneOptions(trials=2, isolate=True), timer=PlantedTimer())
     ghost = dataclasses.replace(toy, name="ghost")
     with pytest.raises(TunekitError, match="defines no KernelSpec named 'ghost'"):
@@ -258,11 +259,11 @@ def test_a_crash_or_hang_after_retarget_restarts_the_worker_on_the_new_target(pl
 
 
 def test_a_target_the_worker_cannot_switch_to_gets_a_fresh_worker_then_a_clear_error(toy):
-    edited = dataclasses.replace(toy, source_hash="0123456789abcdef")  # the tuner's spec is not the module's
+    edited = dataclasses.replace(toy, version=toy.version + 1)  # the tuner's spec is not the module's
     with IsolatedBench(toy, PROBLEM, 0, timer_to_json(PlantedTimer()), 30.0) as bench:
         assert bench.measure(_cfg("1/a/1"), 7).status == "ok"
         bench.retarget(edited, SECOND, 1)
-        with pytest.raises(TunekitError, match=r"source hash \w+, but the tuner has 0123456789abcdef"):
+        with pytest.raises(TunekitError, match=rf"source hash \S+, but the tuner has {re.escape(edited.source_hash)}"):
             bench.measure(_cfg("1/a/1"), 7)
         assert (bench.started, bench.pid) == (2, None)  # the running one could not switch, nor could a fresh one
         bench.retarget(toy, SECOND, 1)

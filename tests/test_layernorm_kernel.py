@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
+import re
+
 import tunekit.backend  # noqa: F401
 
 # isort: split
@@ -16,7 +18,9 @@ from fingerprints import H200
 from tunekit.device import fingerprint
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import layernorm as ln
-from tunekit.search_spaces.layernorm import SPACE, next_pow2, single_block_n, window_block_n
+from tunekit.kernels.common import next_pow2
+from tunekit.search_spaces.layernorm import SPACE
+from tunekit.search_spaces.rows import single_block_n, window_block_n
 from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
@@ -267,7 +271,7 @@ def test_spec_declaration() -> None:
     assert spec.bytes_moved(problem) == (2 * 1024 * 4096 + 2 * 4096) * 2
     assert spec.bytes_moved({**problem, "weight": False, "bias": False}) == 2 * 1024 * 4096 * 2
     assert spec.flops(problem) == 8 * 1024 * 4096
-    assert len(spec.source_hash) == 16
+    assert re.fullmatch(r"\d+\.[0-9a-f]{16}\.[0-9a-f]{8}", spec.source_hash)
     assert spec.torch_baseline is not None
     (y,) = spec.alloc_outputs(_inputs(3, 5, "bfloat16", True, True))
     assert y.shape == (3, 5) and y.dtype == torch.bfloat16

@@ -1,4 +1,4 @@
-"""The tile/wave quantization model (tunekit.model, tunekit.model_kernels): hand-computed cases on H200 limits."""
+"""The tile/wave quantization model (tunekit.model, each kernel's declared geometry): hand-computed H200 cases."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fingerprints import H200, H200_LIMITS
 
 from tunekit import model
 from tunekit.device_limits import DeviceLimits
-from tunekit.model import Resources, occupancy
-from tunekit.model_kernels import geometry
+from tunekit.model import geometry
+from tunekit.occupancy import Resources, occupancy
 from tunekit.registry import get_spec
 from tunekit.search_spaces.gemm import is_aligned16
 
@@ -148,7 +148,7 @@ def test_compiled_resources_override_the_estimate():
     assert measured.resources.source == "compiled" and measured.occupancy.blocks_per_sm == 2
 
 
-def test_kernels_without_geometry_have_no_model():
+def test_kernels_without_geometry_have_no_model(toy):  # the toy kernel declares no model
     assert model.quantize("toy", {}, {}, H200_LIMITS) is None
     assert model.rank("toy", [{}], {}, H200_LIMITS) is None
     assert model.prune("toy", [{}], {}, H200_LIMITS) is None

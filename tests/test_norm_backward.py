@@ -4,6 +4,8 @@ tunekit.ops.layer_norm in training (autograd, custom ops, torch.compile)."""
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
+import re
+
 import tunekit.backend  # noqa: F401
 
 # isort: split
@@ -290,7 +292,7 @@ def test_spec_declaration() -> None:
     problem = _problem(1024, 4096, "float16")
     assert spec.bytes_moved(problem) == (3 * 1024 * 4096 + 3 * 4096) * 2
     assert spec.bytes_moved({**problem, "weight": False, "bias": False}) == 3 * 1024 * 4096 * 2
-    assert len(spec.source_hash) == 16 and spec.torch_baseline is not None
+    assert re.fullmatch(r"\d+\.[0-9a-f]{16}\.[0-9a-f]{8}", spec.source_hash) and spec.torch_baseline is not None
     inputs = _inputs(3, 5, "bfloat16", True, False)
     assert [tuple(o.shape) for o in spec.alloc_outputs(inputs)] == [(3, 5), (5,)]
     for got, want in zip(spec.torch_baseline(inputs), spec.reference(inputs)):
@@ -396,7 +398,8 @@ def test_backward_dispatches_through_the_backward_kernel() -> None:
     for _ in range(2):
         norm_ops.layer_norm(x, (20,), w, b).backward(dy)
     backward = dispatcher("layernorm_backward")
-    assert backward.counters == {"heuristic": 1} and backward.memo_hits == 1
+    # Resolved once; the forward also asks which implementation serves the backward (torch's whole op if torch).
+    assert backward.counters == {"heuristic": 1} and backward.memo_hits == 3
     assert list(backward.memo) == [(4, 20, "float32", True, True)]
 
 

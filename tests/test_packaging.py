@@ -106,6 +106,7 @@ def test_import_is_cheap_and_ops_load_on_first_use():
         "heavy = sorted(m for m in ('torch', 'triton', 'optuna', 'numpy') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
         "assert callable(tunekit.ops.layer_norm) and callable(tunekit.record_problems)\n"
+        "assert tunekit.nn.LayerNorm and callable(tunekit.patch) and callable(tunekit.unpatch)\n"
         "names = list(sys.modules)\n"
         "assert names.index('tunekit.backend') < names.index('triton'), 'triton imported before the backend choice'\n"
         "try:\n"
@@ -163,12 +164,11 @@ def test_the_wheel_holds_the_package_and_its_data(tmp_path):
         "tunekit/kernels/gemm.py",
         "tunekit/search_spaces/gemm.py",
     } <= names
-    packages = [p.parent for p in (ROOT / "tunekit").rglob("__init__.py")]
-    packages += [ROOT / "kernels", ROOT / "search_spaces"]
-    for package in packages:  # every subpackage ships, with every module of it
-        installed = "tunekit/" + str(package.relative_to(ROOT)).removeprefix("tunekit").lstrip("/")
-        for module in package.glob("*.py"):
-            assert f"{installed.rstrip('/')}/{module.name}" in names, module
+    installed_as = {"tunekit": "tunekit", "kernels": "tunekit/kernels", "search_spaces": "tunekit/search_spaces"}
+    for top, prefix in installed_as.items():  # every (sub)package ships, with every module of it
+        for init in (ROOT / top).rglob("__init__.py"):
+            for module in init.parent.glob("*.py"):
+                assert prefix + "/" + str(module.relative_to(ROOT / top)) in names, module
     assert "tunekit/shipped/timings/h200-sm90-132sm/gemm.json.gz" in names
     assert any(n.startswith("tunekit/shipped/") and n.endswith(".json") for n in names)
     assert {n.split("/")[0] for n in names} == {"tunekit", f"tunekit_triton-{tunekit.__version__}.dist-info"}

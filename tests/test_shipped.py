@@ -28,11 +28,9 @@ def test_shipped_entries_are_loaded_but_not_served_on_another_device():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_entries_match_the_current_kernel_sources(path):
-    """A kernel edit retires its shipped entries silently at run time; here it fails loudly instead.
-
-    Re-tune the kernel on that device and re-export, or (only for edits that cannot change the generated code,
-    such as import order) rewrite the entries' source_hash and say so in their provenance.
-    """
+    """A change of a kernel's identity (its jit code, space values or version) retires its shipped entries
+    silently at run time; here it fails loudly instead. Re-tune the kernel on that device and re-export.
+    Reformatting and moving code keep the identity (tests/test_identity.py)."""
     from tunekit.registry import get_spec
 
     stale = sorted(

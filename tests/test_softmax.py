@@ -19,7 +19,8 @@ from tunekit.dispatch import dispatcher
 from tunekit.errors import InvalidInputError, InvalidShapeError
 from tunekit.kernels import softmax as sm
 from tunekit.ops import reduction as rops
-from tunekit.search_spaces.softmax import SPACE, single_block_n
+from tunekit.search_spaces.rows import single_block_n
+from tunekit.search_spaces.softmax import SPACE
 from tunekit.spec import DTYPES
 from tunekit.verify import check_outputs
 

@@ -1,8 +1,8 @@
 """tunekit: autotuned Triton kernels with a device-keyed cache.
 
-`import tunekit` is cheap: it imports neither torch nor triton. `tunekit.ops` (and `tunekit.record_problems`) load
-on first use. Whatever imports triton first, tunekit.backend runs just before it (the hook below): it picks the GPU
-or Triton's interpreter, which triton reads when it is imported.
+`import tunekit` is cheap: it imports neither torch nor triton. `tunekit.ops`, `tunekit.nn`, `tunekit.patch` /
+`tunekit.unpatch` and `tunekit.record_problems` load on first use. Whatever imports triton first, tunekit.backend
+runs just before it (the hook below): it picks the GPU or Triton's interpreter, which triton reads when imported.
 """
 
 from __future__ import annotations
@@ -40,35 +40,31 @@ if "triton" not in sys.modules and "tunekit.backend" not in sys.modules:
     sys.meta_path.insert(0, _BackendBeforeTriton())
 
 if TYPE_CHECKING:
+    from tunekit import nn as nn
     from tunekit import ops as ops
+    from tunekit.patching import patch as patch
+    from tunekit.patching import unpatch as unpatch
     from tunekit.recorder import record_problems as record_problems
 
 # Public names loaded on first access: name -> (module, attribute or None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ops": ("tunekit.ops", None),
+    "nn": ("tunekit.nn", None),
+    "patch": ("tunekit.patching", "patch"),
+    "unpatch": ("tunekit.patching", "unpatch"),
     "record_problems": ("tunekit.recorder", "record_problems"),
 }
-# Listed ahead of the modules that will provide them: until then, `tunekit.nn` is an AttributeError like any
-# missing name.
-_NOT_YET = {"nn": "tunekit.nn"}
 
-__all__ = ["DISTRIBUTION", "__version__", "ops", "record_problems"]
+__all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "unpatch"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _NOT_YET:
-        try:
-            value: Any = importlib.import_module(_NOT_YET[name])
-        except ModuleNotFoundError as exc:
-            if exc.name != _NOT_YET[name]:
-                raise  # a dependency of the module is missing: say so, not "no attribute"
-            raise AttributeError(f"module 'tunekit' has no attribute {name!r}") from None
-    elif name in _LAZY:
-        module_name, attribute = _LAZY[name]
-        module = importlib.import_module(module_name)  # a broken install fails here, loudly
-        value = module if attribute is None else getattr(module, attribute)
-    else:
+    target = _LAZY.get(name)
+    if target is None:
         raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
+    module_name, attribute = target
+    module = importlib.import_module(module_name)  # a broken install fails here, loudly
+    value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value  # later accesses are plain attribute reads
     return value
 

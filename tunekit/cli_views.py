@@ -130,19 +130,20 @@ class ShownEntry:
     source: str  # "cache" or "shipped"
     spec: KernelSpec
     entry: Entry
-    servable: bool  # this entry itself can serve this device (same device key and kernel source)
+    why_not: str  # "" when this entry itself can serve this device, else why not (tunekit.dispatch.why_not_served)
     served_by: str  # the dispatch layer that serves this entry's problem on this device
-    device_key: str  # this device's
 
     def device_text(self) -> str:
         name = printable(self.entry.device.get("name", "?"))
         return f"{name} ({printable(self.entry.key.device_key)[:8]})"
 
+    @property
+    def servable(self) -> bool:
+        return not self.why_not
+
     def _stale(self) -> str:
-        """Said of an entry of this device that no longer serves it: its kernel's source changed since."""
-        if self.entry.key.device_key == self.device_key and not self.servable:
-            return " (stale: the kernel changed since)"
-        return ""
+        """Said of an entry that no longer serves (its kernel or Triton changed since); not of other devices'."""
+        return f" ({printable(self.why_not)})" if self.why_not.startswith("stale") else ""
 
     def block(self) -> list[str]:
         e = self.entry
@@ -168,6 +169,7 @@ class ShownEntry:
             "config": dict(e.config),
             "trials": len(e.trials),
             "servable_here": self.servable,
+            "why_not_served": self.why_not,
             "served_here_by": self.served_by,
             "provenance": e.provenance,
         }
@@ -197,7 +199,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     """The cache's entries, then (with `shipped`) the shipped databases', each with the dispatch layer that serves
     its problem on `device` (tunekit.dispatch.resolve, as an op call would)."""
     from tunekit.database import shipped_entries
-    from tunekit.dispatch import resolve
+    from tunekit.dispatch import resolve, why_not_served
     from tunekit.errors import UnknownKernelError
     from tunekit.registry import get_spec
 
@@ -224,6 +226,5 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
                 layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
-            servable = e.key.device_key == device.key and e.key.source_hash == spec.source_hash
-            listed.append(ShownEntry(source, spec, e, servable, layer, device.key))
+            listed.append(ShownEntry(source, spec, e, why_not_served(e, device), layer))
     return Listing(listed, unknown)

@@ -1,7 +1,15 @@
-"""The dispatch chain: memo -> user cache -> shipped databases -> nearest tuned problem -> heuristic default.
+"""The dispatch chain: memo -> user cache -> shipped databases -> (untuned) torch's own op, or in the
+interpreter the nearest tuned problem -> heuristic default.
 
 The memo is a plain dict from the op's problem key to a ready config; after the first call for a key, the op
 pays one dict lookup. Everything else here runs once per key per process.
+
+Never slower than torch: a problem with no entry of its own is served by torch's own implementation on a GPU
+(the op sees the TORCH config and calls torch), because nothing measured says a Triton config beats torch there:
+the nearest entry was measured on another problem and the heuristic on none (issue 18's measurements: untuned
+GEMMs at 0.11-0.76x torch, untuned norm backward at 0.2-0.5x). `TUNEKIT_UNTUNED=triton` serves the nearest entry
+or the heuristic instead. The interpreter keeps the Triton kernels: its timings mean nothing and the kernels are
+what runs there to be tested.
 """
 
 from __future__ import annotations
@@ -10,7 +18,8 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from tunekit import database, recorder, settings
 from tunekit.cache_key import CacheKey
@@ -18,6 +27,7 @@ from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
 from tunekit.entry import Entry
 from tunekit.errors import CacheError, CacheMissError
+from tunekit.identity import explain_change
 from tunekit.registry import get_spec
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec, ProblemKey
@@ -25,7 +35,10 @@ from tunekit.store import Store
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "nearest", "heuristic", "tuned")
+LAYERS = ("cache", "shipped", "torch", "nearest", "heuristic", "tuned")
+TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
+TORCH_FALLBACK: set[str] = set()
+UNTUNED = ("torch", "nearest", "heuristic")  # kernels whose ops run torch's own implementation when served TORCH
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,22 @@ def nearest_entry(
     return None
 
 
+def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
+    """ "" when `entry` can serve on `device` today; otherwise why not (stale identity, Triton, another device)."""
+    if entry.key.device_key != device.key:
+        try:
+            stored = DeviceFingerprint.from_json(dict(entry.device))
+        except (KeyError, TypeError):
+            return "another device"
+        if replace(stored, triton_version=device.triton_version).key == device.key:
+            return f"stale: measured with Triton {stored.triton_version} (now {device.triton_version})"
+        return "another device"
+    current = get_spec(entry.key.kernel).source_hash
+    if entry.key.source_hash != current:
+        return f"stale: {explain_change(entry.key.source_hash, current)}"
+    return ""
+
+
 def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
     """Which layer serves this problem, without the memo. Deterministic for a given store and shipped set."""
     key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
@@ -78,6 +107,8 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
         return Resolution("shipped", entry.config, entry)
+    if spec.name in TORCH_FALLBACK and not device.is_interpreter and settings.untuned() == "torch":
+        return Resolution("torch", TORCH)
     local = list(store.entries()) if store is not None else []
     entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
     if entry is not None:
@@ -126,12 +157,12 @@ class Dispatcher:
         store = _open_store()
         try:
             resolution = resolve(spec, problem, device, store)
-            if resolution.layer in ("nearest", "heuristic") and settings.tune_on_miss():
+            if resolution.layer in UNTUNED and settings.tune_on_miss():
                 resolution = self._tune(spec, problem, device, store)
         finally:
             if store is not None:
                 store.close()
-        if resolution.layer in ("nearest", "heuristic") and settings.strict():
+        if resolution.layer in UNTUNED and settings.strict():
             raise CacheMissError(
                 f"strict mode: no tuned {spec.name} config for {spec.describe_problem(problem)} on {device.label}; "
                 f"run `tunekit tune --kernel {spec.name}` for this shape or import a database"
@@ -145,9 +176,18 @@ class Dispatcher:
     def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
         from tunekit.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
 
-        checkpoint = store.put if store is not None else None
-        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=checkpoint)
-        entry = store.put(report.entry) if store is not None else report.entry
+        def keep(entry: Entry) -> Entry:
+            """Store what was tuned; a store that cannot be written (read-only, full) costs the cache, not the call."""
+            if store is None:
+                return entry
+            try:
+                return store.put(entry)
+            except CacheError as exc:
+                logger.warning("tunekit: tuned %s but could not store it: %s", spec.name, exc)
+                return entry
+
+        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=keep)
+        entry = keep(report.entry)
         return Resolution("tuned", entry.config, entry)
 
     def clear(self) -> None:
@@ -160,7 +200,10 @@ class Dispatcher:
 _DISPATCHERS: dict[str, Dispatcher] = {}
 
 
-def dispatcher(kernel: str) -> Dispatcher:
+def dispatcher(kernel: str, torch_fallback: bool = False) -> Dispatcher:
+    """The kernel's dispatcher. An op passing torch_fallback=True runs torch's own op when served TORCH."""
+    if torch_fallback:
+        TORCH_FALLBACK.add(kernel)
     d = _DISPATCHERS.get(kernel)
     if d is None:
         d = _DISPATCHERS[kernel] = Dispatcher(kernel)

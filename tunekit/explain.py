@@ -14,17 +14,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from tunekit.device_limits import DeviceLimits
-from tunekit.model import (
-    HOPELESS_RATIO,
-    RESERVED_SMEM_PER_BLOCK,
-    Quantization,
-    arch_for,
-    prune,
-    rank,
-    reason_kind,
-    seed_configs,
-)
-from tunekit.model_kernels import kernel_model
+from tunekit.model import HOPELESS_RATIO, Quantization, arch_for, prune, rank, reason_kind, seed_configs
+from tunekit.occupancy import RESERVED_SMEM_PER_BLOCK
 from tunekit.space import Config, Problem, Value, config_id
 
 if TYPE_CHECKING:
@@ -128,7 +119,7 @@ def explain(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, limit
         rule_breaks.update(broken)
         if not broken:
             valid.append(config)
-    model = kernel_model(spec.name)
+    model = spec.model
     arch = arch_for(device.compute_capability)
     ranked = rank(spec.name, valid, problem, limits, arch=arch)
     pruning = prune(spec.name, valid, problem, limits, arch=arch)

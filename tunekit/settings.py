@@ -3,9 +3,12 @@
 | variable                | meaning                                                        | default                 |
 | ----------------------- | -------------------------------------------------------------- | ----------------------- |
 | TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
+| TUNEKIT_CACHE_MAX_MB    | cap on the store's size, MB (10**6 bytes): the least recently  | unset (unbounded)       |
+|                         | stored entries are evicted past it, with a warning             |                         |
 | TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
 | TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
 | TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
+| TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
 | TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
 | TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
 | TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
@@ -53,6 +56,12 @@ def cache_dir() -> Path:
     return base / "tunekit"
 
 
+def cache_max_bytes() -> int | None:
+    """The store's size cap in bytes (TUNEKIT_CACHE_MAX_MB), or None: unbounded, nothing is ever evicted."""
+    raw = os.environ.get("TUNEKIT_CACHE_MAX_MB", "").strip()
+    return _positive_int("TUNEKIT_CACHE_MAX_MB", 1) * 10**6 if raw else None
+
+
 def strict() -> bool:
     return _flag("TUNEKIT_STRICT")
 
@@ -63,6 +72,13 @@ def tune_on_miss() -> bool:
 
 def tune_on_miss_trials() -> int:
     return _positive_int("TUNEKIT_TUNE_ON_MISS_TRIALS", 20)
+
+
+def untuned() -> str:
+    raw = os.environ.get("TUNEKIT_UNTUNED", "torch").strip().lower() or "torch"
+    if raw not in ("torch", "triton"):
+        raise TunekitError(f"TUNEKIT_UNTUNED must be 'torch' or 'triton', but got {raw!r}")
+    return raw
 
 
 def debug() -> bool:

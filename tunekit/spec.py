@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tunekit.errors import TunekitError
+from tunekit.identity import HostWalk, SourceOf, function_source, make_identity, space_digest, walk_host, walk_jit
 from tunekit.space import Config, Problem, SearchSpace, Value
 
 if TYPE_CHECKING:
     from tunekit.device import DeviceFingerprint
+    from tunekit.geometry import KernelModel
 
 Inputs = tuple[Any, ...]
 Outputs = tuple[torch.Tensor, ...]
@@ -34,6 +36,26 @@ class Tolerance:
     rtol: float
 
 
+def _no_key(inputs: Inputs) -> ProblemKey:
+    raise TunekitError("this kernel declares no key_of: no op dispatches it by its launch inputs")
+
+
+# The callables a kernel module defines under these names, for KernelSpec.of_module.
+MODULE_CALLABLES = (
+    "launch",
+    "alloc_outputs",
+    "reference",
+    "make_inputs",
+    "problem_from_shape",
+    "default_problems",
+    "heuristic",
+    "bytes_moved",
+    "flops",
+    "key_of",
+)
+OPTIONAL_MODULE_CALLABLES = ("torch_baseline",)
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the tuner, cache, dispatch, CLI and tests need to know about one kernel.
@@ -44,6 +66,11 @@ class KernelSpec:
     - `reference(inputs)` returns the expected outputs (torch, computed in higher precision).
     - `make_inputs(problem, device, seed)` returns random inputs (never zeros) for a problem.
     - `problem_from_shape(shape, dtype)` parses a user-given shape (CLI) into a problem.
+    - `key_of(inputs)` is the problem key (in `problem_fields` order) of a launch's inputs: what an op dispatches
+      on, so `key_of(make_inputs(problem, ...)) == problem_key(problem)`. It runs on every op call: keep it cheap.
+
+    A kernel module declares its spec with `KernelSpec.of_module(__name__, ...)`: the callables are the module's
+    functions of those names.
     """
 
     name: str
@@ -60,10 +87,44 @@ class KernelSpec:
     tolerances: Mapping[str, Tolerance]
     bytes_moved: Callable[[Problem], int]
     flops: Callable[[Problem], int]
-    source_hash: str
+    # Bumped by hand when host-side launch meaning changes (tunekit/identity.py; tests/test_identity.py guards it).
+    version: int
     shape_help: str = ""
     # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.
     torch_baseline: Callable[[Inputs], Any] | None = None
+    key_of: Callable[[Inputs], ProblemKey] = _no_key
+    # The tile geometry the quantization model reads (tunekit/geometry.py); None: the tuner searches unmodelled.
+    model: KernelModel | None = None
+    # Parameters the space's rules pin once another parameter changes (GEMM: SPLIT_K with the variant, GROUP_M
+    # with BLOCK_M): the tuner's pattern search counts a move changing one of these alongside another as one step.
+    dependent_params: frozenset[str] = frozenset()
+
+    @classmethod
+    def of_module(cls, module: str, **declared: Any) -> KernelSpec:
+        """The spec of kernel module `module` (its __name__): the contract's callables (MODULE_CALLABLES, and
+        OPTIONAL_MODULE_CALLABLES where present) are the module's functions of those names; `declared` holds the
+        rest (name, description, space, problem_fields, tolerances, version, ...)."""
+        namespace = vars(sys.modules[module])
+        missing = [name for name in MODULE_CALLABLES if not callable(namespace.get(name))]
+        if missing:
+            raise TypeError(f"kernel module {module} defines no {missing}: a kernel module defines {MODULE_CALLABLES}")
+        found = [name for name in MODULE_CALLABLES + OPTIONAL_MODULE_CALLABLES if callable(namespace.get(name))]
+        return cls(**{name: namespace[name] for name in found}, **declared)
+
+    def launch_path(self, source_of: SourceOf = function_source) -> HostWalk:
+        """The host code from the launch and the problem parser: where the launched jit functions are found."""
+        packages = ("tunekit.", self.launch.__module__)
+        return walk_host((self.launch, self.problem_from_shape), packages, source_of)
+
+    def identity(self, source_of: SourceOf = function_source) -> str:
+        """jit code, space data and version (tunekit/identity.py); `source_of` lets tests edit the code."""
+        code = walk_jit(self.launch_path(source_of).jit_roots, source_of).digest()
+        return make_identity(self.version, code, space_digest(self.space.params))
+
+    @cached_property
+    def source_hash(self) -> str:
+        """The kernel's identity, as cache keys carry it."""
+        return self.identity()
 
     def problem_key(self, problem: Problem) -> ProblemKey:
         return tuple(problem[f] for f in self.problem_fields)
@@ -73,14 +134,6 @@ class KernelSpec:
 
     def describe_problem(self, problem: Problem) -> str:
         return ",".join(f"{f}={problem[f]}" for f in self.problem_fields)
-
-
-def source_digest(modules: Sequence[ModuleType]) -> str:
-    """Hash of the kernel's and its space's source: an edit to either retires the cached entries."""
-    h = hashlib.sha256()
-    for module in modules:
-        h.update(inspect.getsource(module).encode())
-    return h.hexdigest()[:16]
 
 
 def row_bucket(rows: int) -> int:

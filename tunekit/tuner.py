@@ -368,6 +368,7 @@ class _ModelGuide:
     seeds: list[dict[str, Value]]
     nearest: list[Entry]  # the nearest tuned problem's entry, for warm-starting
     shared: Entry | None  # an entry of a problem with the same quantization signature
+    dependent: frozenset[str] = frozenset()  # the kernel's dependent_params (KernelSpec): see _neighbours
 
     @classmethod
     def make(
@@ -399,7 +400,8 @@ class _ModelGuide:
         from tunekit.dispatch import nearest_entry  # dispatch imports the tuner lazily too
 
         near = nearest_entry(spec, problem, device, others)
-        return cls(kept, len(pruning.pruned) if pruning else 0, seeds, [near] if near else [], None)
+        pruned = len(pruning.pruned) if pruning else 0
+        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params)
 
     def next_config(self, seen: _Candidates) -> dict[str, Value] | None:
         """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter
@@ -411,7 +413,7 @@ class _ModelGuide:
             return None
         incumbent = ok[0].config
         for config in self.kept:
-            if config not in seen and _neighbours(config, incumbent):
+            if config not in seen and _neighbours(config, incumbent, self.dependent):
                 return config
         return None
 
@@ -435,14 +437,11 @@ def _same_quantization(
     return None
 
 
-# Parameters a space's rules may pin once another changes (SPLIT_K with the variant, GROUP_M with BLOCK_M): a
-# move that changes one of these alongside one other parameter still counts as one step.
-_DEPENDENT_PARAMS = frozenset({"SPLIT_K", "GROUP_M"})
-
-
-def _neighbours(a: Config, b: Config) -> bool:
+def _neighbours(a: Config, b: Config, dependent: frozenset[str]) -> bool:
+    """One parameter changed; a move that also changes `dependent` ones (parameters the space's rules pin once
+    another changes, declared by the kernel) still counts as one step."""
     changed = {name for name in a if a[name] != b.get(name)}
-    return len(changed - _DEPENDENT_PARAMS) == 1 or len(changed) == 1
+    return len(changed - dependent) == 1 or len(changed) == 1
 
 
 def _waiting(study: optuna.Study) -> bool:

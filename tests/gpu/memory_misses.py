@@ -67,7 +67,7 @@ from tunekit.report import (
     read_run,
     timing_method,
 )
-from tunekit.search_spaces.layernorm import single_block_n
+from tunekit.search_spaces.rows import single_block_n
 from tunekit.space import Config, Problem
 from tunekit.spec import KernelSpec
 from tunekit.suite import SEED, families

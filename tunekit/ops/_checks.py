@@ -27,3 +27,14 @@ def check_device(t: torch.Tensor, what: str) -> None:
 def check_same_device(t: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     if t.device != ref.device:
         raise InvalidInputError(f"{what} must be on {ref.device} like the input, but is on {t.device}")
+
+
+def grads_flow(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd must see this call: grad mode on and some input requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def use_custom_op(*tensors: torch.Tensor | None) -> bool:
+    """Go through the torch custom op (its fake and autograd formulas) rather than the direct eager launch:
+    under torch.compile, or when gradients flow."""
+    return torch.compiler.is_compiling() or grads_flow(*tensors)

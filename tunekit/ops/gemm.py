@@ -6,25 +6,31 @@
         = act(alpha * a @ b + bias) + beta * residual         (2-D a, b)
 
 Row- and column-major operands (e.g. transposed views, linear's weight) go to the kernel as they are; other
-strides are copied to row-major first. Forward only: no autograd formula is registered.
+strides are copied to row-major first.
+
+Gradients: when they flow, the GEMM (bias fused) runs as its own op with a backward, and the activation and
+residual as torch's ops (autograd saves the pre-activation, as eager torch does). dA = alpha * dY @ B^T and
+dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts, keyed, tuned and cached like any
+problem); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the forward GEMM or
+either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd run the whole call.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError
-from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tensors_aligned16
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
-from tunekit.search_spaces.gemm import is_aligned16
+from tunekit.dispatch import TORCH, dispatcher
+from tunekit.errors import InvalidInputError, TunekitError
+from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
+from tunekit.ops import pointwise  # also registers tunekit::bias_act*, the activation's backward
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 
 __all__ = ["linear", "matmul"]
 
-_GEMM = dispatcher("gemm")
+_GEMM = dispatcher("gemm", torch_fallback=True)
 
 
 def _check_activation(activation: str | None) -> str:
@@ -68,11 +74,8 @@ def _check_epilogue_tensors(
             )
 
 
-def _as_kernel_operand(t: torch.Tensor) -> tuple[torch.Tensor, str]:
-    layout = layout_of(t)
-    if layout == "strided":
-        return t.contiguous(), "row"
-    return t, layout
+def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous() if layout_of(t) == "strided" else t
 
 
 def _gemm_2d(
@@ -92,30 +95,53 @@ def _gemm_2d(
     if k == 0:  # a @ b is all zeros (torch's semantics): only the epilogue remains
         zeros = torch.zeros((m, n), device=a.device, dtype=torch.float32)
         return epilogue_reference(zeros, bias, residual, activation, alpha, beta).to(a.dtype)
-    a, a_layout = _as_kernel_operand(a)
-    b, b_layout = _as_kernel_operand(b)
+    a = _as_kernel_operand(a)
+    b = _as_kernel_operand(b)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    dtype = dtype_name(a, "a")
-    # 16 bytes: leading dims and strides span multiples of 16 bytes, pointers 16-byte aligned (TMA's rules).
-    aligned = is_aligned16(m, n, k, dtype, a_layout) and tensors_aligned16(a, b, out, bias, residual)
-    key = (
-        m,
-        n,
-        k,
-        dtype,
-        a_layout,
-        b_layout,
-        activation,
-        bias is not None,
-        residual is not None,
-        aligned,
-    )
-    _GEMM.spec.launch(_GEMM.config(key), (a, b, bias, residual, activation, alpha, beta), (out,))
+    spec, inputs = _GEMM.spec, (a, b, bias, residual, activation, alpha, beta)
+    config = _GEMM.config(spec.key_of(inputs))
+    if config is TORCH:
+        return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
+    spec.launch(config, inputs, (out,))
     return out
+
+
+def _torch_trains_it(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str
+) -> bool:
+    """Eager training where dispatch serves torch for the forward GEMM or either backward GEMM (dA = dY B^T,
+    dB = A^T dY): then torch's own ops with torch's autograd run the whole call, as they would without tunekit."""
+    if torch.compiler.is_compiling() or a.numel() == 0 or b.numel() == 0:
+        return False
+    if "strided" in (layout_of(a), layout_of(b)):
+        return True
+    dy = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)  # stands for the incoming grad
+    problems = ((a, b, bias, residual, activation), (dy, b.T, None, None, "none"), (a.T, dy, None, None, "none"))
+    return any(_GEMM.config(_GEMM.spec.key_of((*p, 1.0, 1.0))) is TORCH for p in problems)
+
+
+def _torch_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+    alpha: float,
+    beta: float,
+) -> torch.Tensor:
+    """cuBLAS through torch, with torch applying the epilogue cuBLASLt does not fuse (dispatch served TORCH)."""
+    if bias is None:
+        z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
+    else:  # alpha scales the product only: act(alpha * a @ b + bias)
+        z = torch.addmm(bias, a, b, alpha=alpha)
+    y = pointwise.TORCH_ACTIVATIONS[activation](z)
+    if residual is not None:
+        y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
+    return y
 
 
 def _linear_impl(
@@ -161,26 +187,42 @@ def _matmul_fake(
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
-@torch.library.custom_op("tunekit::linear", mutates_args=())
-def _linear_op(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],  # noqa: UP045  (torch.library parses the annotations of this signature)
-    residual: Optional[torch.Tensor],  # noqa: UP045
-    activation: str,
-) -> torch.Tensor:
-    return _linear_impl(input, weight, bias, residual, activation)
+def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b, _, _, activation, alpha, beta = inputs
+    ctx.save_for_backward(a, b)
+    ctx.activation, ctx.alpha, ctx.beta = activation, alpha, beta
 
 
-@_linear_op.register_fake
-def _linear_fake(
-    input: torch.Tensor,
-    weight: torch.Tensor,
+def _matmul_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    if ctx.activation != "none":  # _gemm_with_grad splits the activation off whenever gradients flow
+        raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
+    a, b = ctx.saved_tensors
+    need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
+    da = torch.ops.tunekit.matmul(grad, b.T, None, None, "none", ctx.alpha, 1.0) if need_a else None
+    db = torch.ops.tunekit.matmul(a.T, grad, None, None, "none", ctx.alpha, 1.0) if need_b else None
+    dbias = grad.sum(0) if need_bias else None
+    dresidual = (grad if ctx.beta == 1.0 else grad * ctx.beta) if need_residual else None
+    return da, db, dbias, dresidual, None, None, None
+
+
+_matmul_op.register_autograd(_matmul_grad, setup_context=_matmul_setup)
+
+
+def _gemm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
     bias: torch.Tensor | None,
     residual: torch.Tensor | None,
     activation: str,
+    alpha: float,
+    beta: float,
 ) -> torch.Tensor:
-    return input.new_empty((*input.shape[:-1], weight.shape[0]))
+    """The custom-op path (torch.compile, autograd). With gradients and an activation: GEMM, then pointwise."""
+    if activation == "none" or not grads_flow(a, b, bias, residual):
+        return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
+    z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
+    y = pointwise.TORCH_ACTIVATIONS[activation](z)  # torch's ops: their fused backward, or inductor's fusion
+    return y if residual is None else y.add(residual, alpha=beta)
 
 
 def matmul(
@@ -195,7 +237,7 @@ def matmul(
 ) -> torch.Tensor:
     """act(alpha * a @ b + bias) + beta * residual for 2-D a [M, K], b [K, N]; bias [N], residual [M, N].
 
-    fp32 accumulation (fp32 inputs multiply as tf32); the result has the inputs' dtype. Forward only.
+    fp32 accumulation (fp32 inputs multiply as tf32); the result has the inputs' dtype.
     """
     if not isinstance(a, torch.Tensor):
         raise InvalidInputError(f"a must be a tensor, but got {type(a).__name__}")
@@ -209,8 +251,10 @@ def matmul(
     act = _check_activation(activation)
     alpha_f, beta_f = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
-    if torch.compiler.is_compiling():
-        return _matmul_op(a, b, bias, residual, act, alpha_f, beta_f)
+    if grads_flow(a, b, bias, residual) and _torch_trains_it(a, b, bias, residual, act):
+        return _torch_gemm(a, b, bias, residual, act, alpha_f, beta_f)
+    if use_custom_op(a, b, bias, residual):
+        return _gemm_op(a, b, bias, residual, act, alpha_f, beta_f)
     return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
 
 
@@ -224,7 +268,6 @@ def linear(
     """act(input @ weight.T + bias) + residual, like torch.nn.functional.linear plus a fused epilogue.
 
     input [..., in_features], weight [out_features, in_features], bias [out_features], residual [..., out_features].
-    Forward only.
     """
     if not isinstance(input, torch.Tensor):
         raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
@@ -239,6 +282,10 @@ def linear(
     act = _check_activation(activation)
     out_shape = (*input.shape[:-1], weight.shape[0])
     _check_epilogue_tensors(bias, residual, out_shape, dtype, input)
-    if torch.compiler.is_compiling():
-        return _linear_op(input, weight, bias, residual, act)
+    if use_custom_op(input, weight, bias, residual):
+        m, k = math.prod(input.shape[:-1]), input.shape[-1]
+        x2d, r2d = input.reshape(m, k), residual.reshape(m, weight.shape[0]) if residual is not None else None
+        if grads_flow(input, weight, bias, residual) and _torch_trains_it(x2d, weight.T, bias, r2d, act):
+            return _torch_gemm(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
+        return _gemm_op(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
     return _linear_impl(input, weight, bias, residual, act)

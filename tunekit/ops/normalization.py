@@ -18,16 +18,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, Dispatcher, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.spec import ProblemKey
 
-_LAYERNORM = dispatcher("layernorm")
-_LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
-_RMSNORM = dispatcher("rmsnorm")
-_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward")
+_LAYERNORM = dispatcher("layernorm", torch_fallback=True)
+_LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)
+_RMSNORM = dispatcher("rmsnorm", torch_fallback=True)
+_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward", torch_fallback=True)
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -68,12 +69,6 @@ def _validate(
     return shape
 
 
-def _needs_autograd(*tensors: torch.Tensor | None) -> bool:
-    if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """t as [M, n] with unit stride along n (the kernels take any row stride); a copy only when needed."""
     rows = t.reshape(-1, n)
@@ -98,8 +93,11 @@ def _layer_norm(
     n = math.prod(shape)
     x2d = _rows(input, n)
     w, b = _vector(weight, n), _vector(bias, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None, b is not None)
-    _LAYERNORM.spec.launch(_LAYERNORM.config(key), (x2d, w, b, eps), (y.view(-1, n),))
+    spec, inputs = _LAYERNORM.spec, (x2d, w, b, eps)
+    config = _LAYERNORM.config(spec.key_of(inputs))
+    if config is TORCH:
+        return F.layer_norm(input, tuple(shape), weight, bias, eps)
+    spec.launch(config, inputs, (y.view(-1, n),))
     return y
 
 
@@ -121,11 +119,33 @@ def _layer_norm_backward(
         return dx, dw.zero_(), db.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None, want_db)
+    spec, inputs = _LAYERNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
+    config = _LAYERNORM_BACKWARD.config(spec.key_of(inputs))
+    if config is TORCH:  # torch's own backward; its statistics recomputed (the forward did not save them)
+        shape_list, w = list(shape), weight.reshape(shape) if weight is not None else None
+        _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape_list, w, None, eps)
+        bias_like = input.new_empty(shape_list) if want_db else None
+        mask = [True, want_dw, want_db]
+        gx, gw, gb = torch.ops.aten.native_layer_norm_backward(grad, input, shape_list, mean, rstd, w, bias_like, mask)
+        return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
     outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
-    _LAYERNORM_BACKWARD.spec.launch(_LAYERNORM_BACKWARD.config(key), inputs, outputs)
+    spec.launch(config, inputs, outputs)
     return dx, dw, db
+
+
+def _rows_like(input: torch.Tensor, n: int) -> torch.Tensor:
+    """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
+    return input.new_empty(()).expand(input.numel() // max(n, 1), n)
+
+
+def _torch_trains_it(
+    input: torch.Tensor, leaves: tuple[torch.Tensor | None, ...], backward: Dispatcher, key: ProblemKey
+) -> bool:
+    """Eager training whose backward problem dispatch serves with torch: then torch's whole op runs (its autograd
+    saves the statistics, where tunekit's forward followed by torch's backward would recompute them)."""
+    if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
+        return False
+    return backward.config(key) is TORCH
 
 
 @torch.library.custom_op("tunekit::layer_norm", mutates_args=())
@@ -209,7 +229,12 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
-    if _needs_autograd(input, weight, bias):
+    n, want_db = math.prod(shape), bias is not None and bias.requires_grad
+    rows = _rows_like(input, n)
+    key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
+    if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
+        return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
+    if use_custom_op(input, weight, bias):
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
 
@@ -224,8 +249,11 @@ def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | 
     n = math.prod(shape)
     x2d = _rows(input, n)
     w = _vector(weight, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], w is not None)
-    _RMSNORM.spec.launch(_RMSNORM.config(key), (x2d, w, eps), (y.view(-1, n),))
+    spec, inputs = _RMSNORM.spec, (x2d, w, eps)
+    config = _RMSNORM.config(spec.key_of(inputs))
+    if config is TORCH:
+        return F.rms_norm(input, tuple(shape), weight, eps)
+    spec.launch(config, inputs, (y.view(-1, n),))
     return y
 
 
@@ -245,10 +273,19 @@ def _rms_norm_backward(
         return dx, dw.zero_()
     n = math.prod(shape)
     x2d, dy2d = _rows(input, n), _rows(grad, n)
-    key = (row_bucket(x2d.shape[0]), n, DTYPE_NAMES[input.dtype], weight is not None)
+    spec, inputs = _RMSNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, eps)
+    config = _RMSNORM_BACKWARD.config(spec.key_of(inputs))
+    if config is TORCH:  # torch ops in fp32 (torch has no public fused RMSNorm backward to call)
+        xf, dyf = x2d.float(), dy2d.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = xf * rstd
+        dxhat = dyf * weight.reshape(n).float() if weight is not None else dyf
+        dx.view(-1, n).copy_(rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True)))
+        if want_dw:
+            dw.view(n).copy_((dyf * xhat).sum(0))
+        return dx, dw
     outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
-    inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
-    _RMSNORM_BACKWARD.spec.launch(_RMSNORM_BACKWARD.config(key), inputs, outputs)
+    spec.launch(config, inputs, outputs)
     return dx, dw
 
 
@@ -317,6 +354,11 @@ def rms_norm(
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
-    if _needs_autograd(input, weight):
+    n = math.prod(shape)
+    rows = _rows_like(input, n)
+    key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
+    if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
+        return F.rms_norm(input, tuple(shape), weight, eps_value)
+    if use_custom_op(input, weight):
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)

@@ -2,8 +2,8 @@
 
 All three run the `pointwise` kernel, y = act(input * scale + bias) + residual with fp32 math, on the best
 cached config for the problem. Inputs of any leading dims are viewed as [-1, N] (N the last dim); strided inputs
-are made contiguous; the result is a new contiguous tensor of input's shape and dtype. Forward only: inputs that
-require grad are refused while grad mode is on (there is no backward).
+are made contiguous; the result is a new contiguous tensor of input's shape and dtype. Gradients flow to input,
+bias and residual: the backward recomputes the pre-activation from the saved input and bias (fp32, torch ops).
 
 Each op is a torch custom op (`torch.ops.tunekit.<name>`), so torch.compile(fullgraph=True) traces through it;
 eager calls skip the custom-op dispatch and run the implementation directly.
@@ -11,15 +11,21 @@ eager calls skip the custom-op dispatch and run the implementation directly.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import Any
+
 import torch
+import torch.nn.functional as F
 
-from tunekit.dispatch import dispatcher
+from tunekit import backend
+from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, check_same_device, dtype_name
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.pointwise import ACTIVATIONS
-from tunekit.spec import row_bucket
 
-_POINTWISE = dispatcher("pointwise")
+_POINTWISE = dispatcher("pointwise", torch_fallback=True)
+_POINTWISE_ON_GPU = backend.torch_device().type == "cuda"
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -52,11 +58,6 @@ def _validate(
         _check_operand(bias, input, "bias", (input.shape[-1],), "[input.shape[-1]]")
     if residual is not None:
         _check_operand(residual, input, "residual", tuple(input.shape), "input.shape")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, bias, residual)):
-        raise InvalidInputError(
-            "tunekit pointwise ops are forward-only (no backward): inputs require grad; "
-            "run under torch.no_grad() or pass detached tensors"
-        )
     return dtype
 
 
@@ -64,7 +65,7 @@ def _pointwise(
     input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str, scale: float
 ) -> torch.Tensor:
     """Validate, dispatch and launch: act(input * scale + bias) + residual as a new contiguous tensor."""
-    dtype = _validate(input, bias, residual, activation, scale)
+    _validate(input, bias, residual, activation, scale)
     if input.numel() == 0:
         return input.new_empty(input.shape)
     n = input.shape[-1] if input.dim() > 0 else 1
@@ -73,12 +74,33 @@ def _pointwise(
         x = x.contiguous()
     b = bias.contiguous() if bias is not None else None
     r = residual.reshape(-1, n).contiguous() if residual is not None else None
-    cols = n if b is not None else 0  # without a bias the kernel streams x flat: the last dim does not matter
-    key = (row_bucket(x.numel()), cols, cols % 16 == 0, dtype, activation, b is not None, r is not None)
-    config = _POINTWISE.config(key)
+    spec, inputs = _POINTWISE.spec, (x, b, r, float(scale), activation)
+    config = _POINTWISE.config(spec.key_of(inputs))
+    if config is TORCH:
+        return _torch_pointwise(input, bias, residual, activation, scale)
     y = torch.empty_like(x)
-    _POINTWISE.spec.launch(config, (x, b, r, float(scale), activation), (y,))
+    spec.launch(config, inputs, (y,))
     return y.view(input.shape)
+
+
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda v: v,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def _torch_pointwise(
+    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str, scale: float
+) -> torch.Tensor:
+    """The eager torch chain a user writes without tunekit (dispatch served TORCH)."""
+    z = input * scale if scale != 1.0 else input
+    y = TORCH_ACTIVATIONS[activation](z if bias is None else z + bias)
+    return (y if residual is None else y + residual).contiguous()
 
 
 def _fake(
@@ -129,16 +151,103 @@ def _bias_act_residual_fake(
     return _fake(input, bias, residual, activation, scale)
 
 
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_C = 0.044715
+
+
+def activation_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """d act(z) / dz, elementwise in fp32, for every activation the pointwise and GEMM epilogues apply."""
+    if activation == "none":
+        return torch.ones_like(z)
+    if activation == "relu":
+        return (z > 0).to(z.dtype)
+    if activation == "gelu":
+        return 0.5 * (1.0 + torch.erf(z * math.sqrt(0.5))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    if activation == "gelu_tanh":
+        t = torch.tanh(_SQRT_2_OVER_PI * (z + _GELU_TANH_C * z**3))
+        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * _GELU_TANH_C * z * z)
+    if activation == "silu":
+        s = torch.sigmoid(z)
+        return s * (1.0 + z * (1.0 - s))
+    if activation == "sigmoid":
+        s = torch.sigmoid(z)
+        return s * (1.0 - s)
+    if activation == "tanh":
+        return 1.0 - torch.tanh(z) ** 2
+    raise InvalidInputError(f"activation must be one of {list(ACTIVATIONS)}, but got {activation!r}")
+
+
+def _pointwise_backward(
+    grad: torch.Tensor, input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(d input, d bias) of act(input * scale + bias)."""
+    z = input.float() * scale
+    if bias is not None:
+        z = z + bias.float()
+    dz = grad.float() * activation_grad(z, activation)
+    dbias = dz.reshape(-1, dz.shape[-1]).sum(0).to(bias.dtype) if bias is not None else None
+    return (dz * scale).to(input.dtype), dbias
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, bias, activation, scale = inputs[0], inputs[1], inputs[-2], inputs[-1]
+    ctx.save_for_backward(input, bias)
+    ctx.activation, ctx.scale = activation, scale
+
+
+def _bias_act_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    input, bias = ctx.saved_tensors
+    dinput, dbias = _pointwise_backward(grad, input, bias, ctx.activation, ctx.scale)
+    return dinput, dbias, None, None
+
+
+def _bias_act_residual_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    input, bias = ctx.saved_tensors
+    dinput, dbias = _pointwise_backward(grad, input, bias, ctx.activation, ctx.scale)
+    return dinput, dbias, grad, None, None
+
+
+def _gelu_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0])
+    ctx.activation = _gelu_activation(inputs[1])
+
+
+def _gelu_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    (input,) = ctx.saved_tensors
+    return _pointwise_backward(grad, input, None, ctx.activation, 1.0)[0], None
+
+
+_bias_act_op.register_autograd(_bias_act_grad, setup_context=_setup)
+_bias_act_residual_op.register_autograd(_bias_act_residual_grad, setup_context=_setup)
+_gelu_op.register_autograd(_gelu_grad, setup_context=_gelu_setup)
+
+
+def _torch_trains_it(*tensors: torch.Tensor | None) -> bool:
+    """Eager training: torch's own chain and autograd run the call (on a GPU; the interpreter keeps the kernels).
+    The registered backward recomputes in fp32 over several passes, where torch's fused backward kernels take one:
+    in eager mode it is never the faster choice. Under torch.compile the custom op and its backward are traced."""
+    return grads_flow(*tensors) and not torch.compiler.is_compiling() and _POINTWISE_ON_GPU
+
+
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
-    if torch.compiler.is_compiling():
+    activation = _gelu_activation(approximate)
+    if _torch_trains_it(input):
+        _validate(input, None, None, activation, 1.0)
+        return _torch_pointwise(input, None, None, activation, 1.0)
+    if use_custom_op(input):
+        _validate(input, None, None, activation, 1.0)  # one-line errors before torch checks the op's schema
         return torch.ops.tunekit.gelu(input, approximate)
-    return _pointwise(input, None, None, _gelu_activation(approximate), 1.0)
+    return _pointwise(input, None, None, activation, 1.0)
 
 
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
-    if torch.compiler.is_compiling():
+    if _torch_trains_it(input, bias):
+        _validate(input, bias, None, activation, scale)
+        return _torch_pointwise(input, bias, None, activation, scale)
+    if use_custom_op(input, bias):
+        _validate(input, bias, None, activation, scale)
         return torch.ops.tunekit.bias_act(input, bias, activation, scale)
     return _pointwise(input, bias, None, activation, scale)
 
@@ -154,6 +263,10 @@ def bias_act_residual(
     """act(input * scale + bias) + residual: residual of input's shape and dtype, added after the activation."""
     if residual is None:
         raise InvalidInputError("residual must be a tensor of input's shape, but got None (use bias_act)")
-    if torch.compiler.is_compiling():
+    if _torch_trains_it(input, bias, residual):
+        _validate(input, bias, residual, activation, scale)
+        return _torch_pointwise(input, bias, residual, activation, scale)
+    if use_custom_op(input, bias, residual):
+        _validate(input, bias, residual, activation, scale)
         return torch.ops.tunekit.bias_act_residual(input, bias, residual, activation, scale)
     return _pointwise(input, bias, residual, activation, scale)

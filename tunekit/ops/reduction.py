@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
-from tunekit.dispatch import dispatcher
+from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
-from tunekit.ops._checks import check_device, dtype_name
-from tunekit.spec import DTYPE_NAMES, row_bucket
+from tunekit.ops._checks import check_device, use_custom_op
+from tunekit.spec import DTYPE_NAMES
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
-_REDUCTION = dispatcher("reduction")
-_SOFTMAX = dispatcher("softmax")
+_REDUCTION = dispatcher("reduction", torch_fallback=True)
+_SOFTMAX = dispatcher("softmax", torch_fallback=True)
 _INDEX_LIMIT = 2**31 - 1  # the kernels index with int32
 
 DimArg = int | Sequence[int] | None
@@ -174,17 +174,33 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
         x2 = x3[:, :, 0]
         if length > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (op, "inner", 1, row_bucket(outer), length, dtype_name(x2, op))
         outputs = (values.view(outer),) if indices is None else (values.view(outer), indices.view(outer))
-        _REDUCTION.spec.launch(_REDUCTION.config(key), (x2, op, "inner"), outputs)
+        spec, inputs = _REDUCTION.spec, (x2, op, "inner")
+        config = _REDUCTION.config(spec.key_of(inputs))
+        if config is TORCH:
+            _torch_reduction(op, x2, 1, outputs)
+        else:
+            spec.launch(config, inputs, outputs)
         return
     # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M).
     if inner > 1 and x3.stride(2) != 1:
         x3 = x3.contiguous()
-    key = (op, "outer", row_bucket(outer), row_bucket(length), inner, dtype_name(x3, op))
     shape2 = (outer, inner)
     outputs = (values.view(shape2),) if indices is None else (values.view(shape2), indices.view(shape2))
-    _REDUCTION.spec.launch(_REDUCTION.config(key), (x3, op, "outer"), outputs)
+    spec, inputs = _REDUCTION.spec, (x3, op, "outer")
+    config = _REDUCTION.config(spec.key_of(inputs))
+    if config is TORCH:
+        _torch_reduction(op, x3, 1, outputs)
+    else:
+        spec.launch(config, inputs, outputs)
+
+
+def _torch_reduction(op: str, x: torch.Tensor, dim: int, outputs: tuple[torch.Tensor, ...]) -> None:
+    """torch's own reduction, written into the outputs the kernel would have written (dispatch served TORCH)."""
+    if op == "max":
+        torch.max(x, dim, out=(outputs[0], outputs[1]))
+    else:
+        (torch.sum if op == "sum" else torch.mean)(x, dim, out=outputs[0])
 
 
 def _reduced_size(input: torch.Tensor, dims: list[int]) -> int:
@@ -275,17 +291,13 @@ def _max_backward(
 _max_op.register_autograd(_max_backward, setup_context=_setup_max)
 
 
-def _use_custom_op(input: torch.Tensor) -> bool:
-    return torch.compiler.is_compiling() or (input.requires_grad and torch.is_grad_enabled())
-
-
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     _check_input(input, "sum")
     _check_dtype_arg(dtype, "sum")
     dims = _normalize_dims(dim, input.dim(), "sum")
     _check_sizes(input.shape, "sum")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.sum_dim(input, dims, bool(keepdim), dtype)
     return _reduce("sum", input, dims, bool(keepdim), dtype, run=True)[0]
 
@@ -296,7 +308,7 @@ def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torc
     _check_dtype_arg(dtype, "mean")
     dims = _normalize_dims(dim, input.dim(), "mean")
     _check_sizes(input.shape, "mean")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.mean_dim(input, dims, bool(keepdim), dtype)
     return _reduce("mean", input, dims, bool(keepdim), dtype, run=True)[0]
 
@@ -311,7 +323,7 @@ def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_ty
             f"max: the reduced dim must be non-empty (there is no maximum of nothing), but dim {dim} of shape "
             f"{list(input.shape)} has size 0"
         )
-    if _use_custom_op(input):
+    if use_custom_op(input):
         values, indices = torch.ops.tunekit.max_dim(input, d, bool(keepdim))
     else:
         values, indices = _reduce("max", input, [d], bool(keepdim), None, run=True)
@@ -334,8 +346,12 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
         x2 = xm.reshape(-1, n)  # a view when the leading dims merge, else a copy
         if n > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        key = (row_bucket(x2.shape[0]), n, dtype_name(x2, "softmax"), log)
-        _SOFTMAX.spec.launch(_SOFTMAX.config(key), (x2, log), (ym.view(-1, n),))
+        spec, inputs = _SOFTMAX.spec, (x2, log)
+        config = _SOFTMAX.config(spec.key_of(inputs))
+        if config is TORCH:  # torch's own softmax, into the same output
+            (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=ym.view(-1, n))
+        else:
+            spec.launch(config, inputs, (ym.view(-1, n),))
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
@@ -396,7 +412,7 @@ def _softmax_args(input: object, dim: object, dtype: object, op: str) -> int:
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "softmax")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.softmax(input, d, dtype)
     return _softmax(input, d, dtype, log=False, run=True)
 
@@ -404,6 +420,6 @@ def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "log_softmax")
-    if _use_custom_op(input):
+    if use_custom_op(input):
         return torch.ops.tunekit.log_softmax(input, d, dtype)
     return _softmax(input, d, dtype, log=True, run=True)

@@ -1,0 +1,162 @@
+"""tunekit.nn modules and tunekit.patch on real model code (transformers' Llama and GPT-2, tiny, random weights),
+in the interpreter: patched logits and gradients match the unpatched model, unpatch restores it exactly."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tunekit import nn as tk_nn
+from tunekit.patching import patch, unpatch
+
+transformers = pytest.importorskip("transformers")  # in the dev extra: CI installs it, so this never skips there
+
+
+def _llama():
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def _gpt2():
+    config = transformers.GPT2Config(
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        vocab_size=128,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,  # dropout would make the two runs differ
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+MODELS = {"llama": _llama, "gpt2": _gpt2}
+EXPECTED = {  # what patch swaps and fuses in each, found by structure and probes, not by class name
+    "llama": ({"Linear": 15, "RMSNorm (by structure)": 5}, {"silu"}),
+    "gpt2": ({"LayerNorm": 5, "Linear": 1, "Linear [in, out] (by structure)": 8}, {"gelu_tanh"}),
+}
+
+
+def _kinds(report):
+    counts: dict[str, int] = {}
+    for _, kind in report.swapped:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_patched_model_matches_and_unpatch_restores(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (2, 9))
+    with torch.no_grad():
+        expected = reference(ids).logits
+    report = patch(model)
+    kinds, activations = EXPECTED[name]
+    assert _kinds(report) == kinds and {a for _, a in report.fused} == activations
+    assert patch(model).swapped == [] and patch(model).fused == []  # twice changes nothing
+    with torch.no_grad():
+        got = model(ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+    # Training: gradients of every parameter match the unpatched model's.
+    model.train(), reference.train()
+    for m in (model, reference):
+        m.zero_grad()
+        m(ids, labels=ids).loss.backward()
+    grads = dict(reference.named_parameters())
+    for pname, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[pname].grad, atol=1e-4, rtol=1e-3, msg=pname)
+
+    restored = unpatch(model)
+    assert restored == len(report.swapped)
+    assert not any("forward" in m.__dict__ or hasattr(m, "_tunekit_patch") for m in model.modules())
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, expected)
+    assert str(model) == str(reference)  # the fused activations are back in place
+
+
+def test_no_class_is_mutated():
+    before = {cls: cls.forward for cls in (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.RMSNorm)}
+    model = _llama()
+    patch(model)
+    assert {cls: cls.forward for cls in before} == before
+    fresh = torch.nn.Linear(4, 4)
+    assert "forward" not in fresh.__dict__
+
+
+class _OffsetRMSNorm(torch.nn.Module):
+    """Gemma's form, (1 + weight): looks like an RMSNorm, computes something else."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n) * 0.1)
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
+
+
+class _PlainRMSNorm(_OffsetRMSNorm):
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        del self.eps
+        self.variance_epsilon = 1e-5
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
+def test_rmsnorm_is_recognized_by_what_it_computes():
+    model = torch.nn.Sequential(_OffsetRMSNorm(48), _PlainRMSNorm(48))
+    x = torch.randn(5, 48)
+    expected = model(x)
+    report = patch(model)
+    assert report.swapped == [("1", "RMSNorm (by structure)")]
+    assert report.skipped and report.skipped[0][0] == "0"
+    torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_nn_modules_load_torch_weights_and_match_torch():
+    torch.manual_seed(1)
+    pairs = [
+        (torch.nn.LayerNorm(40), tk_nn.LayerNorm(40)),
+        (torch.nn.RMSNorm(40, eps=1e-6), tk_nn.RMSNorm(40, eps=1e-6)),
+        (torch.nn.Linear(40, 24), tk_nn.Linear(40, 24)),
+    ]
+    x = torch.randn(3, 5, 40)
+    for theirs, ours in pairs:
+        with torch.no_grad():
+            for p in theirs.parameters():
+                p.copy_(torch.randn_like(p))
+        assert ours.load_state_dict(theirs.state_dict()) is not None
+        assert list(ours.state_dict()) == list(theirs.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
+        # A dtype the kernels do not take runs torch's own forward.
+        torch.testing.assert_close(ours.double()(x.double()), theirs.double()(x.double()))
+
+
+def test_linear_fuses_activation_and_residual():
+    torch.manual_seed(2)
+    layer = tk_nn.Linear(32, 16, activation="silu")
+    x, r = torch.randn(4, 32), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = torch.nn.functional.silu(torch.nn.functional.linear(x, layer.weight, layer.bias)) + r
+        torch.testing.assert_close(layer(x, r), expected, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        tk_nn.Linear(4, 4, activation="swish")

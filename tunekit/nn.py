@@ -1,0 +1,121 @@
+"""Drop-in modules: torch's LayerNorm, RMSNorm and Linear, running tunekit's kernels.
+
+Each subclasses torch's module, so constructors, parameters and state_dict keys are torch's and weights load
+unchanged. A call tunekit cannot take (a dtype or device its kernels do not run, mixed dtypes as under autocast,
+runs torch's own forward: swapping a module in never breaks a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tunekit import backend, ops
+from tunekit.ops.pointwise import TORCH_ACTIVATIONS
+from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
+from tunekit.spec import DTYPE_NAMES
+
+__all__ = ["LayerNorm", "Linear", "RMSNorm"]
+
+_DEVICE_TYPE = backend.torch_device().type
+
+# Activations the GEMM epilogue fuses, with torch's own form for calls that fall back.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    name: TORCH_ACTIVATIONS[name] for name in GEMM_ACTIVATIONS if name != "none"
+}
+
+
+def apply_activation(x: torch.Tensor, activation: str | None) -> torch.Tensor:
+    return x if activation is None else ACTIVATIONS[activation](x)
+
+
+def runs_here(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether tunekit's kernels take this call: a supported dtype on the kernels' device, parameters alike."""
+    if x.dtype not in DTYPE_NAMES or x.device.type != _DEVICE_TYPE:
+        return False
+    return all(p is None or (p.dtype == x.dtype and p.device == x.device) for p in params)
+
+
+def param(module: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """A module's own parameter (or buffer) by name, typed: None when absent."""
+    found = module._parameters.get(name)
+    return found if found is not None else module._buffers.get(name)
+
+
+def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
+    shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
+    if runs_here(input, weight, bias):
+        return ops.layer_norm(input, shape, weight, bias, eps)
+    return F.layer_norm(input, shape, weight, bias, eps)
+
+
+def rms_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """torch.nn.RMSNorm, or any module found to compute it (tunekit.patch sets `_tunekit_eps` on those)."""
+    weight = param(module, "weight")
+    if isinstance(module, torch.nn.RMSNorm):
+        shape, eps = tuple(module.normalized_shape), module.eps
+    else:
+        assert weight is not None  # patch only marks modules with a weight
+        shape, eps = tuple(weight.shape), module.__dict__.get("_tunekit_eps")
+    if runs_here(x, weight):
+        return ops.rms_norm(x, shape, weight, eps)
+    return F.rms_norm(x, shape, weight, eps)
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    forward = layer_norm_forward
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    forward = rms_norm_forward
+
+
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear with an optional fused activation, and an optional residual added after it."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        activation: str | None = None,
+    ) -> None:
+        if activation is not None and activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be None or one of {sorted(ACTIVATIONS)}, but got {activation!r}")
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self._tunekit_activation = activation
+
+    @property
+    def activation(self) -> str | None:
+        return self._tunekit_activation
+
+    def forward(self, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return linear_forward(self, input, residual)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", activation={self.activation}" if self.activation else "")
+
+
+def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """act(input @ W.T + b) + residual through tunekit where it can run, else through torch."""
+    weight, bias, activation = module.weight, module.bias, module.__dict__.get("_tunekit_activation")
+    if runs_here(input, weight, bias, residual):
+        return ops.linear(input, weight, bias, activation, residual)
+    out = apply_activation(F.linear(input, weight, bias), activation)
+    return out if residual is None else out + residual
+
+
+def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """act(x @ W + b) for modules holding W as [in, out] (GPT-2's Conv1D), found by tunekit.patch."""
+    weight, bias = param(module, "weight"), param(module, "bias")
+    activation = module.__dict__.get("_tunekit_activation")
+    assert weight is not None and bias is not None  # patch only marks modules with both
+    x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], weight.shape[1])
+    if runs_here(x, weight, bias):
+        return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
+    return apply_activation(torch.addmm(bias, x2d, weight), activation).view(out_shape)
