@@ -82,9 +82,8 @@ def run_in_tmpfs(mountpoint: Path, size_kib: int, body: str, timeout: float = 12
     """Run python `body` in a private mount namespace where `mountpoint` is a fresh tmpfs of `size_kib` KiB
     (nothing outside this process tree sees it). `body` may call remount_ro() and fill_disk(); it runs with
     MNT (a Path) and the tests directory on sys.path."""
-    script = (
-        textwrap.dedent(
-            f"""
+    script = textwrap.dedent(
+        f"""
             import os, subprocess, sys
             from pathlib import Path
             sys.path.insert(0, {str(ROOT / "tests")!r})
@@ -101,9 +100,7 @@ def run_in_tmpfs(mountpoint: Path, size_kib: int, body: str, timeout: float = 12
                 finally:
                     os.close(fd)
             """
-        )
-        + textwrap.dedent(body)
-    )
+    ) + textwrap.dedent(body)
     mountpoint.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [

@@ -388,7 +388,7 @@ def test_plan_is_written_listed_and_read(tmp_path):
     as_list.write_text(json.dumps([{"kernel": "toy", "shape": [3, 16], "dtype": "float16"}]))
     assert read_plan(as_list) == [("toy", {"rows": 4, "cols": 16, "dtype": "float16"})]
     local = run("tune", "--plan", str(hand), "--trials", "2", "--sampler", "random")
-    assert local.exit_code == 0 and "rows=2,cols=5,dtype=float32" in local.output, local.output
+    assert local.exit_code == 0 and "rows=2 cols=5 dtype=float32" in local.output, local.output
 
 
 @pytest.mark.parametrize(

@@ -139,8 +139,22 @@ def test_json_round_trip_and_png_from_a_json_fixture(tmp_path):
     run.save(path)
     assert BenchRun.load(path) == run
     png = tmp_path / "run.png"
-    plot_file(path, png)
-    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    paths = plot_file(path, png)  # one figure per family and timing kind, named after it, beside `png`
+    families = list(dict.fromkeys((r.family, r.timing) for r in run.rows))
+    assert len(paths) == len(families) > 1
+    assert all(p.parent == tmp_path and p.name.startswith("run-") for p in paths)
+    assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)
+
+
+def test_a_family_too_long_for_one_figure_is_drawn_in_parts(tmp_path):
+    from dataclasses import replace
+
+    from tunekit.plot import MAX_ROWS
+
+    row = gpu_like_run().rows[0]
+    run = replace(gpu_like_run(), rows=[replace(row, label=f"{i}x{i}") for i in range(MAX_ROWS + 3)])
+    paths = plot_run(run, tmp_path / "big.png")
+    assert [p.name for p in paths] == [f"big-{row.family}-part1.png", f"big-{row.family}-part2.png"]
 
 
 def test_a_json_of_something_else_is_refused(tmp_path):
@@ -152,7 +166,7 @@ def test_a_json_of_something_else_is_refused(tmp_path):
 
 def test_missing_matplotlib_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(TunekitError, match=r"needs matplotlib: pip install 'tunekit\[plot\]'"):
+    with pytest.raises(TunekitError, match=r"needs matplotlib: pip install 'tunekit-triton\[plot\]'"):
         plot_run(gpu_like_run(), tmp_path / "x.png")
 
 
@@ -186,9 +200,9 @@ def test_quick_run_checks_every_implementation_in_the_interpreter(quick_run, tmp
     text = report.render(quick_run)
     assert "interpreter wall-clock, not GPU performance" in text and "GB/s" not in text
     assert "32x32x64 bias_gelu bf16" in text and "16x256 fp16" in text
-    png = tmp_path / "quick.png"
-    plot_run(quick_run, png)
-    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    paths = plot_run(quick_run, tmp_path / "quick.png")
+    assert [p.name for p in paths] == ["quick-layernorm.png", "quick-gemm.png"]
+    assert all(p.read_bytes()[:8] == PNG_SIGNATURE for p in paths)
 
 
 def test_a_wrong_implementation_is_never_timed():

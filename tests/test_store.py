@@ -327,6 +327,7 @@ def test_a_wal_mode_database_is_refused(isolated_cache):
 
 # ------------------------------------------------------------------------------------------ read-only, full, locked
 
+
 def serve_then_write(directory: Path, break_disk: Callable[[], None]) -> dict:
     """Store an entry, break the disk (read-only, full), then read it back and try a large write. Runs in this
     process or in a child with a private tmpfs (run_in_tmpfs)."""

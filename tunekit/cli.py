@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tunekit import settings
+from tunekit import DISTRIBUTION, settings
+from tunekit.cli_views import INTERPRETER_NOTE, TuneResult, config_text, list_entries, printable
 from tunekit.errors import InvalidShapeError, TunekitError
 from tunekit.render import markup, plain
 from tunekit.space import Config, Problem
@@ -30,6 +32,24 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tunekit import __version__
+
+        print(f"tunekit {__version__} (distribution {DISTRIBUTION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print tunekit's version and exit."),
+    ] = False,
+) -> None:
+    """Autotune Triton kernels per problem shape and GPU; keep the winners in a device-keyed cache."""
 
 
 def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
@@ -60,6 +80,7 @@ ShapeOpt = Annotated[
     list[str] | None, typer.Option("--shape", "-s", help="Problem shape, e.g. 4096x1024 (repeatable).")
 ]
 DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of text.")]
 QueueOpt = Annotated[str, typer.Option("--queue", help="The job queue's name (one storage holds many).")]
 FleetStorageOpt = Annotated[
     str,
@@ -114,10 +135,6 @@ def _show_config(spec: KernelSpec, config: Config) -> str:
     return " ".join(f"{name}={config[name]}" for name in spec.space.names)
 
 
-def _advance(progress: Any, task: Any, record: object, done: int) -> None:
-    progress.update(task, completed=done)
-
-
 @command()
 def tune(
     kernel: Annotated[
@@ -125,7 +142,20 @@ def tune(
     ] = None,
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
-    trials: Annotated[int, typer.Option(help="Configs to benchmark per shape.")] = 30,
+    trials: Annotated[
+        int,
+        typer.Option(
+            help="Configs measured per shape, counting those already stored for it: a tuned shape is skipped, a "
+            "rerun after an interruption measures only what is missing, a larger budget continues."
+        ),
+    ] = 30,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Tune even a shape whose stored trials reach --trials: up to --trials configs not measured before.",
+        ),
+    ] = False,
     timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
     sampler: Annotated[
         str, typer.Option(help="model (TPE guided by the quantization model), tpe, gp, random or exhaustive.")
@@ -169,10 +199,12 @@ def tune(
             "and recorded as failed."
         ),
     ] = 120.0,
+    json_out: JsonOpt = False,
 ) -> None:
     """Tune KERNEL for each shape (a default set when none is given), or every problem of a --plan; store the winners.
 
-    With --submit or --workers the problems become jobs in a queue in --storage, for workers on any machine.
+    One result per shape as it finishes (one plain line each when stdout is not a terminal). With --submit or
+    --workers the problems become jobs in a queue in --storage, for workers on any machine.
     """
     from tunekit.samplers import make_sampler
     from tunekit.tuner import TuneOptions
@@ -186,20 +218,21 @@ def tune(
         seed=seed,
         isolate=isolate,
         candidate_timeout_s=candidate_timeout,
+        force=force,
     )
     make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
     if submit or workers is not None:
+        if force or json_out:
+            raise TunekitError("--force and --json tune here: they do not go with --submit or --workers")
         _tune_fleet(work_list, options, submit, workers, queue)
         return
-    by_kernel: dict[str, tuple[KernelSpec, list[Problem]]] = {}
-    for spec, problem in work_list:
-        by_kernel.setdefault(spec.name, (spec, []))[1].append(problem)
-    for spec, problems in by_kernel.values():
-        _tune_here(spec, problems, options)
+    _tune_here(work_list, options, json_out)
 
 
-def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, json_out: bool) -> None:
+    """Tune here, one problem after another. Each result is printed as it finishes: a block on a terminal (with a
+    progress bar while it runs), one plain line otherwise, or all of them as one JSON document at the end."""
+    import json
 
     from tunekit.bench import default_timer
     from tunekit.cache_key import CacheKey
@@ -209,22 +242,21 @@ def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) 
 
     device = fingerprint()
     timer = default_timer()
-    table = Table(title=f"{spec.name} on {device.label} ({timer.label}, ms)")
-    for col in ("problem", "heuristic", "tuned", "speedup", "measured", "best config"):
-        table.add_column(col)
+    terminal = console.is_terminal and not json_out
+    results: list[TuneResult] = []
+    if not json_out:
+        kernels = ", ".join(dict.fromkeys(spec.name for spec, _ in work_list))
+        n = len(work_list)
+        what = f"{n} problem{'s' if n != 1 else ''}, {options.trials} trials each"
+        _say(f"tuning {kernels} on {device.label} ({timer.label}): {what}")
+        if device.is_interpreter:
+            console.print(INTERPRETER_NOTE, markup=False, highlight=False)  # wrapped between words
     with Store() as store:
-        for problem in problems:
+        for spec, problem in work_list:
             key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
             previous = store.get(key)
-            with Progress(
-                TextColumn(f"{spec.describe_problem(problem)}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as progress:
-                task = progress.add_task("tune", total=options.trials)
+            stored = len(previous.trials) if previous is not None else 0
+            with _progress(spec, problem, options.trials, stored, terminal) as advance:
                 report = run_tune(
                     spec,
                     problem,
@@ -234,22 +266,63 @@ def _tune_here(spec: KernelSpec, problems: list[Problem], options: TuneOptions) 
                     previous=previous,
                     warm_start=store.related(key),
                     tuned=[e for e in store.entries() if e.key.scope == key.scope],
-                    on_trial=functools.partial(_advance, progress, task),
+                    on_trial=advance,
                     checkpoint=store.put,
                 )
-            stored = store.put(report.entry)
+            entry = report.entry if report.skipped else store.put(report.entry)
             heuristic = dict(spec.heuristic(problem, device))
-            h_ms = next((t.time_ms for t in stored.trials if t.config == heuristic and t.status == "ok"), None)
-            table.add_row(
-                spec.describe_problem(problem),
-                f"{h_ms:.4f}" if h_ms else "-",
-                f"{stored.time_ms:.4f}",
-                f"{h_ms / stored.time_ms:.2f}x" if h_ms else "-",
-                f"{report.benchmarked} new, {report.reused} reused ({report.stop_reason})",
-                _show_config(spec, stored.config),
-            )
-    console.print(table)
-    console.print(f"cache: {store.directory}")
+            h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
+            result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
+            results.append(result)
+            if json_out:
+                continue
+            for line in result.block() if terminal else [result.line()]:
+                _say(line)
+    if json_out:
+        document = {
+            "device": {"label": device.label, "key": device.key, "interpreter": device.is_interpreter},
+            "timer": timer.label,
+            "note": INTERPRETER_NOTE if device.is_interpreter else None,
+            "cache": str(store.directory),
+            "results": [r.to_json() for r in results],
+        }
+        print(json.dumps(document, indent=1))
+        return
+    skipped = sum(r.skipped for r in results)
+    _say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
+
+
+def _say(text: str) -> None:
+    """One line of output, never cut: rich markup off (stored text is printed as it is) and no hard wrapping."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _progress(
+    spec: KernelSpec, problem: Problem, trials: int, stored: int, terminal: bool
+) -> Iterator[Callable[[object, int], None]]:
+    """A progress bar for one problem on a terminal (its stored trials count as done); nothing otherwise."""
+    if not terminal:
+        yield lambda record, done: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tunekit.cli_views import problem_text
+
+    with Progress(
+        TextColumn(printable(f"{spec.name} {problem_text(spec, problem)}"), markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("tune", total=max(trials, stored), completed=min(stored, trials))
+
+        def advance(record: object, done: int) -> None:
+            progress.update(task, completed=min(stored + done, max(trials, stored)))
+
+        yield advance
 
 
 def _tune_fleet(
@@ -477,16 +550,28 @@ def show(
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
     kernels: Annotated[bool, typer.Option("--kernels", help="List the kernels and exit.")] = False,
+    shipped: Annotated[
+        bool, typer.Option("--shipped/--no-shipped", help="Also list the entries of the shipped databases.")
+    ] = True,
+    json_out: JsonOpt = False,
 ) -> None:
-    """What the cache holds; with --kernel and --shape, which dispatch layer serves that problem."""
+    """What the cache and the shipped databases hold, and which dispatch layer serves each problem on this device;
+    with --kernel and --shape, which layer serves that problem."""
+    import json
+
+    from tunekit.cli_views import device_json, problem_text
     from tunekit.device import fingerprint
-    from tunekit.dispatch import resolve, why_not_served
+    from tunekit.dispatch import resolve
     from tunekit.registry import get_spec, kernel_names
     from tunekit.store import Store
 
     if kernels:
-        for name in kernel_names():
-            console.print(f"{name}: {get_spec(name).description}")
+        described = {name: get_spec(name).description for name in kernel_names()}
+        if json_out:
+            print(json.dumps({"kernels": described}, indent=1))
+            return
+        for name, description in described.items():
+            _say(f"{name}: {description}")
         return
     device = fingerprint()
     with Store() as store:
@@ -494,32 +579,43 @@ def show(
             if kernel is None:
                 raise TunekitError("--shape needs --kernel")
             spec = get_spec(kernel)
+            served = []
             for problem in _problems(kernel, shape, dtype):
                 res = resolve(spec, problem, device, store)
-                console.print(markup(f"{spec.describe_problem(problem)}: served by {res.layer}: {dict(res.config)}"))
+                served.append({"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)})
+                if not json_out:
+                    _say(f"{kernel} {problem_text(spec, problem)}")
+                    _say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+            if json_out:
+                print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
             return
         if kernel is not None:
-            get_spec(kernel)
-        table = Table(title=markup(f"cache at {store.directory} (this device: {device.label} key {device.key})"))
-        for col in ("kernel", "device", "problem", "best ms", "config", "trials", "servable here"):
-            table.add_column(col)
-        count = 0
-        for e in sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem))):
-            if kernel is not None and e.key.kernel != kernel:
-                continue
-            count += 1
-            why_not = why_not_served(e, device)
-            table.add_row(
-                e.key.kernel,
-                markup(f"{e.device.get('name', '?')} ({e.key.device_key[:8]})"),
-                markup(",".join(f"{k}={v}" for k, v in e.key.problem)),
-                f"{e.time_ms:.4f}",
-                markup(_show_config(get_spec(e.key.kernel), e.config)),
-                str(len(e.trials)),
-                why_not or "yes",
-            )
-        console.print(table)
-        console.print(f"{count} entries")
+            get_spec(kernel)  # an unknown name fails with the list of valid ones
+        listed = list_entries(store, device, kernel, shipped)
+    if json_out:
+        document = {
+            "device": device_json(device),
+            "cache": str(store.directory),
+            "entries": [e.to_json() for e in listed.entries],
+            "unknown_kernels": listed.unknown,
+        }
+        print(json.dumps(document, indent=1, default=str))
+        return
+    _say(f"this device: {device.label} (key {device.key})")
+    _say(f"cache: {store.directory}")
+    for shown in listed.entries:
+        for line in shown.block():
+            _say(line)
+    counts = {source: sum(e.source == source for e in listed.entries) for source in ("cache", "shipped")}
+    summary = f"{counts['cache']} {_entries(counts['cache'])} in the cache"
+    summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries not listed: --shipped lists them)"
+    if listed.unknown:
+        summary += f"; {listed.unknown} {_entries(listed.unknown)} of kernels this tunekit does not know, not listed"
+    _say(summary)
+
+
+def _entries(n: int) -> str:
+    return "entry" if n == 1 else "entries"
 
 
 @command("export")
@@ -623,7 +719,9 @@ def bench(
     dtype: DtypeOpt = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few shapes per family (a smoke run).")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON (after every row).")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="Also draw the run (needs matplotlib).")] = None,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also draw the run, one PNG per family (needs matplotlib).")
+    ] = None,
     compile_: Annotated[
         bool | None,
         typer.Option(
@@ -682,20 +780,24 @@ def bench(
     if png is not None:
         from tunekit.plot import plot_run
 
-        plot_run(run, png)
-        console.print(f"png: {png}")
+        for path in plot_run(run, png):
+            console.print(f"png: {path}")
 
 
 @command()
 def plot(
     results: Annotated[Path, typer.Argument(help="A `tunekit bench --json` file.")],
-    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("bench.png"),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="The PNG to write; with several families, one <stem>-<family>.png each beside it."),
+    ] = Path("bench.png"),
 ) -> None:
-    """Draw a benchmark run (achieved GB/s or TFLOP/s per shape, launch-bound rows in µs); no GPU needed."""
+    """Draw a benchmark run, one PNG per family (achieved GB/s or TFLOP/s per shape, launch-bound rows in µs, the
+    better direction on each axis); no GPU needed."""
     from tunekit.plot import plot_file
 
-    plot_file(results, out)
-    console.print(f"png: {out}")
+    for path in plot_file(results, out):
+        console.print(f"png: {path}")
 
 
 @command("record")
@@ -704,7 +806,8 @@ def record_cmd(
     shape: ShapeOpt = None,
     dtype: DtypeOpt = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Tables file (default: cache/timings/<device>/<kernel>.json.gz).")
+        Path | None,
+        typer.Option("--out", help="Tables file (default: timings/<device>/<kernel>.json.gz in the cache directory)."),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Processes compiling configs in parallel.")] = 8,
     cold_cache: Annotated[
@@ -718,12 +821,13 @@ def record_cmd(
     from tunekit.device import fingerprint
     from tunekit.record import cold_triton_cache, merge_tables, record_table
     from tunekit.registry import get_spec
-    from tunekit.timing_table import TIMINGS_DIR, load_tables, save_tables
+    from tunekit.shipped_data import recorded_table_path
+    from tunekit.timing_table import load_tables, save_tables
 
     if cold_cache is not None:
         cold_triton_cache(str(cold_cache))
     spec = get_spec(kernel)
-    path = out or TIMINGS_DIR / fingerprint().label / f"{kernel}.json.gz"
+    path = out or recorded_table_path(fingerprint().label, kernel)
     tables = []
     summary = Table(title=f"{kernel}: timing tables -> {path}")
     for col in ("problem", "configs", "ok", "wrong", "failed", "best ms", "median ms", "compile s (median)"):
@@ -755,8 +859,12 @@ def explain(
     shape: Annotated[str, typer.Option("--shape", "-s", help="Problem shape, e.g. 4097x4096x4096.")],
     dtype: DtypeOpt = None,
     table: Annotated[
-        Path | None,
-        typer.Option("--table", help="Model the device a timing-table file was recorded on (default: this GPU)."),
+        str | None,
+        typer.Option(
+            "--table",
+            help="Model the device a timing table was recorded on (default: this GPU): a table file, or a shipped "
+            "table's name such as h200-sm90-132sm/gemm.",
+        ),
     ] = None,
 ) -> None:
     """The quantization model per candidate family: tiles, padded waste, occupancy, waves; what it prunes and why."""
@@ -764,21 +872,24 @@ def explain(
     from tunekit.device_limits import device_limits
     from tunekit.explain import explain as explain_text
     from tunekit.registry import get_spec
+    from tunekit.shipped_data import resolve_table, shipped_table_files, table_name
     from tunekit.timing_table import load_tables
 
     spec = get_spec(kernel)
     (problem,) = _problems(kernel, [shape], dtype)
     if table is not None:
-        recorded = load_tables(table)
+        path = resolve_table(table)
+        recorded = load_tables(path)
         if not recorded:
-            raise TunekitError(f"{table} holds no timing tables")
+            raise TunekitError(f"{path} holds no timing tables")
         device, limits = recorded[0].fingerprint, recorded[0].device_limits
     else:
         device, found = fingerprint(), device_limits()
         if found is None:
+            names = ", ".join(table_name(p) for p in shipped_table_files()) or "none shipped"
             raise TunekitError(
                 "the interpreter has no SMs to model: run on a GPU, or give --table with a recorded device "
-                "(e.g. cache/timings/h200-sm90-132sm/gemm.json.gz)"
+                f"(a timing-table file, or a shipped table: {names})"
             )
         limits = found
     print(explain_text(spec, problem, device, limits))
@@ -787,7 +898,12 @@ def explain(
 @command()
 def efficiency(
     tables: Annotated[
-        list[Path] | None, typer.Option("--tables", help="Timing-table files (default: every one in cache/timings).")
+        list[Path] | None,
+        typer.Option(
+            "--tables",
+            help="Timing-table files (default: every shipped table and every one `tunekit record` wrote to the "
+            "cache directory).",
+        ),
     ] = None,
     strategies: Annotated[
         str, typer.Option("--strategies", help="Comma-separated: random, tpe, gp, exhaustive, model.")
@@ -799,9 +915,10 @@ def efficiency(
 ) -> None:
     """Tuning efficiency on a simulated device: trials and simulated seconds until within 2% of the recorded best."""
     from tunekit.efficiency import format_table, run_benchmark
+    from tunekit.shipped_data import default_table_files
     from tunekit.timing_table import load_all
 
-    loaded = load_all(tables)
+    loaded = load_all(default_table_files() if tables is None else tables)
     if not loaded:
         raise TunekitError("no timing tables found (record some with `tunekit record` on a GPU)")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -810,18 +927,25 @@ def efficiency(
 
 
 @command()
-def devices() -> None:
+def devices(json_out: JsonOpt = False) -> None:
     """The devices tunekit sees, with their fingerprints and cache keys."""
+    import json
+
+    from tunekit.cli_views import device_json
     from tunekit.device import all_fingerprints
 
-    for fp in all_fingerprints():
-        console.print(f"[bold]{fp.label}[/bold]  key={fp.key}")
+    found = all_fingerprints()
+    if json_out:
+        print(json.dumps({"devices": [device_json(fp) for fp in found]}, indent=1))
+        return
+    for fp in found:
+        _say(f"{fp.label}  key={fp.key}")
         for name, value in fp.to_json().items():
-            console.print(f"  {name}: {value}")
+            _say(f"  {name}: {printable(value)}")
 
 
 def main() -> None:
-    app()
+    app(prog_name="tunekit")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def nearest_entry(
 
 
 def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
-    """"" when `entry` can serve on `device` today; otherwise why not (stale identity, Triton, another device)."""
+    """ "" when `entry` can serve on `device` today; otherwise why not (stale identity, Triton, another device)."""
     if entry.key.device_key != device.key:
         try:
             stored = DeviceFingerprint.from_json(dict(entry.device))

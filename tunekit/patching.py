@@ -229,4 +229,3 @@ def unpatch(model: torch.nn.Module) -> int:
                 module.__dict__.pop(attr, None)
             restored += 1
     return restored
-

@@ -17,7 +17,7 @@ def _gp(seed: int) -> optuna.samplers.BaseSampler:
     try:
         import scipy  # noqa: F401  # Optuna's GPSampler imports it lazily, at the first trial
     except ImportError as exc:
-        raise TunekitError("the gp strategy needs scipy: pip install 'tunekit[gp]'") from exc
+        raise TunekitError("the gp strategy needs scipy: pip install 'tunekit-triton[gp]'") from exc
     return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
 
 

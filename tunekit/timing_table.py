@@ -1,9 +1,9 @@
 """Recorded timing tables: every config of a kernel's space measured on one device for one problem.
 
 A table is the ground truth the simulated device (tunekit.simulate) answers from, so search strategies can be
-compared on a CPU machine, deterministically. Stored compactly in the repository under `cache/timings/<device>/`:
-one gzipped JSON file per kernel holding its tables, each with its rows as columns (parameter values, status,
-time, compile time and the compiled kernel's resources).
+compared on a CPU machine, deterministically. Stored compactly as one gzipped JSON file per kernel and device holding
+its tables, each with its rows as columns (parameter values, status, time, compile time and the compiled kernel's
+resources). The repository's are in `cache/timings/<device>/` and install with the package (tunekit.shipped_data).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tunekit.space import Value, config_id
 
 FORMAT = "tunekit-timing-tables"
 FORMAT_VERSION = 1
-TIMINGS_DIR = Path(__file__).resolve().parent.parent / "cache" / "timings"
 _COLUMNS = ("status", "time_ms", "compile_s", "n_regs", "n_spills", "shared_bytes", "error")
 
 
@@ -154,9 +153,8 @@ def load_tables(path: Path) -> list[TimingTable]:
     return [TimingTable.from_json(t) for t in document["tables"]]
 
 
-def table_files(root: Path = TIMINGS_DIR) -> list[Path]:
-    return sorted(root.glob("*/*.json.gz"))
-
-
 def load_all(paths: Iterable[Path] | None = None) -> list[TimingTable]:
-    return [t for p in (table_files() if paths is None else paths) for t in load_tables(p)]
+    """The tables of `paths`; by default every shipped table (found through the installed package)."""
+    from tunekit.shipped_data import shipped_table_files
+
+    return [t for p in (shipped_table_files() if paths is None else paths) for t in load_tables(p)]

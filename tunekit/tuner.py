@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,7 +26,6 @@ import optuna
 from tunekit import __version__, backend, model
 from tunekit.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.cache_key import CacheKey
-from tunekit.canonical import digest
 from tunekit.device import DeviceFingerprint
 from tunekit.device_limits import DeviceLimits, device_limits
 from tunekit.entry import Entry, TrialRecord
@@ -44,6 +43,7 @@ logger = logging.getLogger("tunekit")
 __all__ = ["KNOWN_KERNEL_FAILURES", "TuneOptions", "TuneReport", "tune"]
 _TUNEKIT_ATTR = "tunekit"
 _MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
+ALREADY_TUNED = "already tuned"  # the stop reason of a problem whose stored trials already reach the budget
 VERSION = __version__
 
 
@@ -60,6 +60,10 @@ class TuneOptions:
     isolate: bool | None = None
     # Isolated only: seconds a candidate may take (compile, verify, time) before its worker is killed.
     candidate_timeout_s: float = 120.0
+    # `trials` is a per-problem budget: configs already measured for this problem (the stored entry's trials and
+    # the study's) count against it, so a rerun measures only what is missing and a tuned problem measures nothing.
+    # force=True makes it a per-run budget again: up to `trials` configs not measured before, whatever is stored.
+    force: bool = False
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -84,6 +88,13 @@ class TuneReport:
     warm_started: int = 0  # configs of related entries (another source or device) tried early
     model_pruned: int = 0  # configs the quantization model ruled out before the search
     shared_from: str | None = None  # the problem whose entry this one shares (same quantization signature)
+    stored_trials: int = 0  # configs measured for this problem before this run (they count against the budget)
+    budget: int = 0  # configs this run could measure: the trial budget less the stored trials (unless forced)
+
+    @property
+    def skipped(self) -> bool:
+        """Already tuned to its budget: this run measured nothing and returned the stored entry."""
+        return self.stop_reason == ALREADY_TUNED
 
 
 class Bench(Protocol):
@@ -125,8 +136,14 @@ class InProcessBench:
         return TrialRecord(dict(config), "ok", time_ms=float(ms))
 
 
-def study_name(key: CacheKey) -> str:
-    return f"tunekit:{key.kernel}:{key.device_key}:{key.source_hash}:{digest(key.to_json()['problem'])}"
+def study_name(key: CacheKey, fields: Sequence[str] = ()) -> str:
+    """The Optuna study of one problem, readable in optuna-dashboard: kernel and problem first (in `fields` order,
+    the spec's), then the device and kernel-source digests that keep it unique:
+    `tunekit layernorm rows=4096 cols=4097 dtype=float16 weight=True bias=True | device ca96.. | source f76f..`."""
+    problem = dict(key.problem)
+    order = [f for f in fields if f in problem] + sorted(f for f in problem if f not in fields)
+    text = " ".join(f"{name}={problem[name]}" for name in order)
+    return f"tunekit {key.kernel} {text} | device {key.device_key} | source {key.source_hash}"
 
 
 class _Candidates:
@@ -193,6 +210,9 @@ def tune(
     clock = clock or time.monotonic
     start = clock()
     key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    if previous is not None and not options.force and len(previous.trials) >= options.trials:
+        # Tuned to its budget: nothing is compiled, measured or even enumerated.
+        return TuneReport(entry=previous, stop_reason=ALREADY_TUNED, stored_trials=len(previous.trials))
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
@@ -207,13 +227,25 @@ def tune(
     from tunekit.fleet import open_storage  # the fleet opens storages (journal files, sqlite locking) one way
 
     study = optuna.create_study(
-        study_name=study_name(key),
+        study_name=study_name(key, spec.problem_fields),
         storage=open_storage(options.storage) if options.storage else None,
         sampler=make_sampler(options.sampler, options.seed),
         direction="minimize",
         load_if_exists=True,
     )
     seen = _Candidates(list(previous.trials if previous else ()) + _records_from_study(study))
+    stored = len(seen.by_id)
+    budget = options.trials if options.force else max(0, options.trials - stored)
+    if budget == 0 or all(c in seen for c in valid):
+        # Nothing to measure (the study's stored trials reach the budget, or every valid config is measured):
+        # answer from the record, without starting a bench or re-timing anything.
+        reason = ALREADY_TUNED if budget == 0 else "space exhausted"
+        entry = _recorded_entry(key, previous, seen, device, options, timer.label)
+        if entry is None:
+            raise TunekitError(
+                f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
+            )
+        return TuneReport(entry=entry, stop_reason=reason, stored_trials=stored, elapsed_s=clock() - start)
     rng = random.Random(options.seed)
     unseen = [c for c in valid if c not in seen]
     if guide is None:
@@ -224,7 +256,7 @@ def tune(
     queue = [heuristic] if heuristic not in seen else []
     warm = _warm_configs(spec, problem, device, [*warm_start, *(guide.nearest if guide else ())], seen, queue)
     queue += warm
-    report = TuneReport(entry=None, warm_started=len(warm))  # type: ignore[arg-type]  # filled below
+    report = TuneReport(entry=None, warm_started=len(warm), stored_trials=stored, budget=budget)  # type: ignore[arg-type]  # filled below
     if guide is not None:
         report.model_pruned = guide.pruned
         queued = {config_id(c) for c in queue}
@@ -261,7 +293,7 @@ def tune(
             if stop_requested:
                 report.stop_reason = "stopped by caller"
                 break
-            if report.benchmarked >= options.trials:
+            if report.benchmarked >= budget:
                 report.stop_reason = "trial budget"
                 break
             if options.timeout_s is not None and clock() - start >= options.timeout_s:
@@ -303,6 +335,10 @@ def tune(
                     # Saved after every measurement: a killed run loses at most the trial in flight.
                     checkpoint(_entry(key, ok[0], device, options, active.label, seen))
             trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
+            for name, value in config.items():
+                # The config as the kernel sees it, one attribute per parameter: the sampler's own parameters
+                # are encoded (log2_BLOCK_M=7 for BLOCK_M=128), and optuna-dashboard shows both.
+                trial.set_user_attr(name, value)
             # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
             study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
 
@@ -481,6 +517,22 @@ def _entry(
         },
         trials=tuple(seen.by_id.values()),
     )
+
+
+def _recorded_entry(
+    key: CacheKey,
+    previous: Entry | None,
+    seen: _Candidates,
+    device: DeviceFingerprint,
+    options: TuneOptions,
+    timer_label: str,
+) -> Entry | None:
+    """The entry the record alone gives (nothing measured in this run): the stored entry, whose best was confirmed
+    when it was tuned, with the study's trials added; else the fastest recorded config. None when none is ok."""
+    if previous is not None:
+        return replace(previous, trials=tuple(seen.by_id.values()))
+    ok = seen.ok()
+    return _entry(key, ok[0], device, options, timer_label, seen) if ok else None
 
 
 def _confirm_best(seen: _Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:

@@ -1,0 +1,5 @@
+"""`python -m tunekit`: the `tunekit` command."""
+
+from tunekit.cli import main
+
+main()
