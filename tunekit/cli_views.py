@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from tunekit.render import plain as printable
 from tunekit.space import Config, Problem
 
 if TYPE_CHECKING:
@@ -25,14 +26,6 @@ INTERPRETER_NOTE = (
     "note: kernels run in Triton's interpreter on the CPU. Its timings only show that the kernels run and give "
     "correct results; they mean nothing for a GPU, so no speedups are shown. Tune on the GPU you serve from."
 )
-
-
-def printable(value: object) -> str:
-    """`value` as text with every control or non-printable character escaped (\\x1b, \\n, ...)."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def problem_text(spec: KernelSpec, problem: Problem) -> str:
