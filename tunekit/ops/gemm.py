@@ -119,7 +119,8 @@ def _torch_trains_it(
         return False
     if "strided" in (layout_of(a), layout_of(b)):
         return True
-    dy = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)  # stands for the incoming grad
+    # The incoming gradient, as key_of sees it (a fresh row-major tensor), without allocating one.
+    dy = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
     problems = ((a, b, bias, residual, activation), (dy, b.T, None, None, "none"), (a.T, dy, None, None, "none"))
     return any(_GEMM.config(_GEMM.spec.key_of((*p, 1.0, 1.0))) is TORCH for p in problems)
 
