@@ -147,7 +147,8 @@ with Store() as store:
 def test_sigkill_at_random_points_inside_store_writes_loses_nothing(tmp_path, isolated_cache):
     """A process looping read-merge-write puts is SIGKILLed after a random delay, again and again: every put that
     returned before the kill is there and readable, nothing is stored twice or half, and the journal a kill inside
-    a write leaves behind is rolled back by the next reader. At least 10 kills, until 3 landed inside a write."""
+    a write leaves behind is rolled back by the next reader. At least 10 kills, until 3 landed inside a write (every
+    other kill waits for an open write transaction, so the random delays alone need not land there)."""
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
     log = tmp_path / "committed.log"
@@ -163,6 +164,10 @@ def test_sigkill_at_random_points_inside_store_writes_loses_nothing(tmp_path, is
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready", child.stderr
         time.sleep(rng.uniform(0.05, 1.0))
+        if kills % 2:  # every other kill waits for a write transaction to be open (its journal exists), then kills
+            deadline = time.monotonic() + 2.0
+            while not journal.exists() and time.monotonic() < deadline:
+                pass
         child.send_signal(signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
         child.stdout.close()
