@@ -6,8 +6,8 @@ pays one dict lookup. Everything else here runs once per key per process.
 
 Never slower than torch: a problem with no entry of its own is served by torch's own implementation on a GPU
 (the op sees the TORCH config and calls torch), because nothing measured says a Triton config beats torch there:
-the nearest entry was measured on another problem and the heuristic on none (issue 18's measurements: untuned
-GEMMs at 0.11-0.76x torch, untuned norm backward at 0.2-0.5x). `TUNEKIT_UNTUNED=triton` serves the nearest entry
+the nearest entry was measured on another problem and the heuristic on none (measured on the H200: untuned GEMMs
+at 0.25-0.76x torch forward, 0.11-0.61x forward+backward; untuned norm forward+backward at 0.21-0.46x). `TUNEKIT_UNTUNED=triton` serves the nearest entry
 or the heuristic instead. The interpreter keeps the Triton kernels: its timings mean nothing and the kernels are
 what runs there to be tested.
 """
@@ -37,8 +37,8 @@ logger = logging.getLogger("tunekit")
 
 LAYERS = ("cache", "shipped", "torch", "nearest", "heuristic", "tuned")
 TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
-TORCH_FALLBACK: set[str] = set()
-UNTUNED = ("torch", "nearest", "heuristic")  # kernels whose ops run torch's own implementation when served TORCH
+TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
+UNTUNED = ("torch", "nearest", "heuristic")  # layers that serve a problem with no entry of its own
 
 
 @dataclass(frozen=True)
