@@ -7,9 +7,9 @@ pays one dict lookup. Everything else here runs once per key per process.
 Never slower than torch: a problem with no entry of its own is served by torch's own implementation on a GPU
 (the op sees the TORCH config and calls torch), because nothing measured says a Triton config beats torch there:
 the nearest entry was measured on another problem and the heuristic on none (measured on the H200: untuned GEMMs
-at 0.25-0.76x torch forward, 0.11-0.61x forward+backward; untuned norm forward+backward at 0.21-0.46x). `TUNEKIT_UNTUNED=triton` serves the nearest entry
-or the heuristic instead. The interpreter keeps the Triton kernels: its timings mean nothing and the kernels are
-what runs there to be tested.
+at 0.25-0.76x torch forward, 0.11-0.61x forward+backward; untuned norm forward+backward at 0.21-0.46x).
+`TUNEKIT_UNTUNED=triton` serves the nearest entry or the heuristic instead. The interpreter keeps the Triton
+kernels: its timings mean nothing and the kernels are what runs there to be tested.
 """
 
 from __future__ import annotations
