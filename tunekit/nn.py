@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tunekit import backend, ops
-from tunekit.ops.pointwise import TORCH_ACTIVATIONS
+from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 from tunekit.spec import DTYPE_NAMES
 

@@ -24,8 +24,8 @@ import torch
 
 from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError, TunekitError
+from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
-from tunekit.ops import pointwise  # also registers tunekit::bias_act*, the activation's backward
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 
 __all__ = ["linear", "matmul"]
@@ -139,7 +139,7 @@ def _torch_gemm(
         z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
     else:  # alpha scales the product only: act(alpha * a @ b + bias)
         z = torch.addmm(bias, a, b, alpha=alpha)
-    y = pointwise.TORCH_ACTIVATIONS[activation](z)
+    y = TORCH_ACTIVATIONS[activation](z)
     if residual is not None:
         y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
     return y
@@ -222,7 +222,7 @@ def _gemm_op(
     if activation == "none" or not grads_flow(a, b, bias, residual):
         return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
     z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
-    y = pointwise.TORCH_ACTIVATIONS[activation](z)  # torch's ops: their fused backward, or inductor's fusion
+    y = TORCH_ACTIVATIONS[activation](z)  # torch's ops: their fused backward, or inductor's fusion
     return y if residual is None else y.add(residual, alpha=beta)
 
 

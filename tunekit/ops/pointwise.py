@@ -12,15 +12,14 @@ eager calls skip the custom-op dispatch and run the implementation directly.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from tunekit import backend
 from tunekit.dispatch import TORCH, dispatcher
 from tunekit.errors import InvalidInputError
+from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
@@ -81,17 +80,6 @@ def _pointwise(
     y = torch.empty_like(x)
     spec.launch(config, inputs, (y,))
     return y.view(input.shape)
-
-
-TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "none": lambda v: v,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
 
 
 def _torch_pointwise(
