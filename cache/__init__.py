@@ -1,1 +1,1 @@
-"""Shipped tuning databases: JSON files, one per device, read-only at run time (tunekit.database)."""
+"""Shipped tuning databases: JSON files, one per device, read-only at run time (tunekit.store.database)."""

@@ -12,9 +12,9 @@ from collections.abc import Callable, Collection, Sequence
 import torch
 import torch.nn.functional as F
 
-from tunekit.errors import InvalidInputError, InvalidShapeError
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPES
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPES
 
 THREADS_PER_WARP = 32
 VECTOR_BYTES = 16  # the widest global load or store one thread issues; also TMA's alignment unit

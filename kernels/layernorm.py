@@ -11,7 +11,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -22,7 +22,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidInputError
+from tunekit.core.errors import InvalidInputError
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
@@ -39,11 +41,9 @@ from tunekit.kernels.row_window import row_window, row_window_load, store_row_wi
 from tunekit.kernels.rows_model import forward_model, norm_params
 from tunekit.search_spaces.layernorm import SPACE
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-5
 

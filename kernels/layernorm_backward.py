@@ -19,7 +19,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -31,6 +31,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     cdiv,
     check_shape,
@@ -48,11 +50,9 @@ from tunekit.kernels.rmsnorm import GPU_SHAPES
 from tunekit.kernels.rows_model import backward_model, norm_params
 from tunekit.search_spaces.layernorm_backward import MAX_ROWS_PER_PROGRAM, SPACE
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-5
 # The partial-sum reduction: a program adds 32 columns (one 128-byte line of fp32 per partial row), 64 rows at a

@@ -25,7 +25,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -36,6 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     INT32_LIMIT,
     check_shape,
@@ -48,11 +50,9 @@ from tunekit.kernels.common import (
 )
 from tunekit.kernels.pointwise_model import MODEL
 from tunekit.search_spaces.pointwise import MIN_BLOCK, SPACE, problem_rows
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 # Offsets are int32 while every offset a launch can form (masked lanes included) stays below INT32_LIMIT; past it
 # the kernel is compiled with int64 offsets. Read from this module's globals, so tests can force the int64 path on

@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from tunekit.geometry import Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
+from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
+from tunekit.core.space import Config, Problem, SearchSpace
 from tunekit.kernels.common import cdiv, element_bytes, next_pow2, pow2_divisor
-from tunekit.space import Config, Problem, SearchSpace
 
 # fp32 operations per element: scale and cast (2) plus the activation; erf/tanh/exp cost several instructions each.
 ACTIVATION_OPS = {"none": 0, "relu": 1, "gelu": 20, "gelu_tanh": 15, "silu": 10, "sigmoid": 8, "tanh": 10}

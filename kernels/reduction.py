@@ -19,7 +19,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # isort: off
-import tunekit.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
+import tunekit.core.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
 
 # isort: on
 from typing import TYPE_CHECKING
@@ -28,15 +28,15 @@ import torch
 import triton
 import triton.language as tl
 
-from tunekit.errors import InvalidConfigError
+from tunekit.core.errors import InvalidConfigError
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, prev_pow2, warps_for
 from tunekit.kernels.reduction_model import MODEL
 from tunekit.search_spaces.reduction import MAX_BLOCK_N, MAX_INNER_CHUNKS, MAX_SPLIT, MIN_OUTER_BLOCK_N, SPACE
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 OPS = ("sum", "mean", "max")
 AXES = ("inner", "outer")

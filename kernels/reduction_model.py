@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from tunekit.geometry import FP32_BYTES, Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
+from tunekit.core.geometry import (
+    FP32_BYTES,
+    Geometry,
+    KernelModel,
+    TileDim,
+    estimate_registers,
+    space_values,
+    tile_counts,
+)
+from tunekit.core.space import Config, Problem, SearchSpace
 from tunekit.kernels.common import cdiv, element_bytes, next_pow2, pow2_divisor
-from tunekit.space import Config, Problem, SearchSpace
 
 OPS = {"sum": 1, "mean": 1, "max": 2}  # fp32 operations per element
 REGISTERS_PER_ELEMENT = 2  # the accumulator and the loaded value (max: plus an index)

@@ -11,7 +11,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
@@ -36,11 +38,9 @@ from tunekit.kernels.row_window import row_window, row_window_load, store_row_wi
 from tunekit.kernels.rows_model import forward_model, norm_params
 from tunekit.search_spaces.rmsnorm import SPACE
 from tunekit.search_spaces.rows import single_block_n
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-6
 

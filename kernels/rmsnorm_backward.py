@@ -12,7 +12,7 @@ atomics), and the same search space and heuristic.
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 from tunekit.kernels import layernorm_backward as ln_backward
 from tunekit.kernels.common import check_shape, problems_from_shapes, row_flops
 from tunekit.kernels.layernorm import ROWS_USAGE
@@ -29,11 +31,9 @@ from tunekit.kernels.layernorm_backward import heuristic as heuristic
 from tunekit.kernels.rmsnorm import GPU_SHAPES
 from tunekit.kernels.rows_model import backward_model
 from tunekit.search_spaces.rmsnorm_backward import SPACE
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-6
 

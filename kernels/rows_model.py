@@ -12,10 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tunekit.geometry import FP32_BYTES, Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
+from tunekit.core.geometry import (
+    FP32_BYTES,
+    Geometry,
+    KernelModel,
+    TileDim,
+    estimate_registers,
+    space_values,
+    tile_counts,
+)
+from tunekit.core.space import Config, Problem, SearchSpace
 from tunekit.kernels.common import cdiv, element_bytes, next_pow2, pow2_divisor
 from tunekit.search_spaces.rows import HOLDS_ROWS
-from tunekit.space import Config, Problem, SearchSpace
 
 # Registers per element of a program's register tile (each element also needs its fp32 temporaries).
 REGISTERS_PER_ELEMENT = {"single": 3, "looped": 4}  # looped lanes carry Welford's mean and M2 besides x

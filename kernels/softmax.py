@@ -14,7 +14,7 @@ The @triton.jit bodies are exempt from typing (mypy does not check kernels/); ho
 from __future__ import annotations
 
 # isort: off
-import tunekit.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
+import tunekit.core.backend  # noqa: F401  (before triton: it selects the interpreter without a GPU)
 
 # isort: on
 from typing import TYPE_CHECKING
@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
@@ -37,11 +39,9 @@ from tunekit.kernels.row_window import row_window, row_window_load, store_row_wi
 from tunekit.kernels.rows_model import forward_model
 from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
 from tunekit.search_spaces.softmax import SPACE
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 
 @triton.jit

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 from tunekit.kernels.common import VECTOR_BYTES, cdiv, element_bytes, next_pow2, threads
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 VARIANTS = ("grouped", "persistent", "splitk", "tma", "staged")
 TMA_VARIANTS = ("tma", "staged")  # the variants that run the tensor-descriptor kernel

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Config, Problem, Rule
 from tunekit.kernels.common import threads
 from tunekit.search_spaces.rows import (
     LOOPED_CHUNKS_NOT_TINY,
@@ -24,10 +25,9 @@ from tunekit.search_spaces.rows import (
     looped_block_narrower_than_row,
     tile,
 )
-from tunekit.space import Config, Problem, Rule
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 MAX_PER_THREAD_SINGLE = 64
 MAX_PER_THREAD_LOOPED = 32  # a looped lane also carries its Welford mean and M2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 from tunekit.kernels.common import THREADS_PER_WARP, cdiv, prev_pow2, threads
 from tunekit.search_spaces.rows import (
     AT_LEAST_ONE_ELEMENT_PER_THREAD,
@@ -27,10 +28,9 @@ from tunekit.search_spaces.rows import (
     single_covers_row,
     tile,
 )
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 MAX_BLOCK_N = 8192  # the register budget below allows at most 8192 elements per program
 REGISTERS_PER_BLOCK = 65536  # every NVIDIA part since sm_50; ptxas caps a thread at this / threads, and at 255

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 from tunekit.kernels.common import cdiv, next_pow2, threads
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 # The activations the kernel fuses, by the name a problem and the ops use (a constexpr flag in the kernel).
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 from tunekit.kernels.common import cdiv, element_bytes, next_pow2, threads
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 MAX_TILE = 16384  # fp32 accumulators (plus int32 indices for max) of one program
 MAX_ELEMENTS_PER_THREAD = 64

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Choice, Config, PowerOfTwo, Predicate, Problem, Rule, SearchSpace
 from tunekit.kernels.common import VECTOR_BYTES, element_bytes, next_pow2, threads, vector_elements
-from tunekit.space import Choice, Config, PowerOfTwo, Predicate, Problem, Rule, SearchSpace
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 HOLDS_ROWS = ("single", "window")  # variants keeping whole rows in registers (no loop); every other one loops
 MIN_BLOCK_N = 16  # the spaces' smallest BLOCK_N

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tunekit.core.space import Config, Problem, Rule
 from tunekit.kernels.common import threads
 from tunekit.search_spaces.rows import (
     LOOPED_ONE_ROW_PER_PROGRAM,
@@ -26,10 +27,9 @@ from tunekit.search_spaces.rows import (
     looped_few_chunks,
     tile,
 )
-from tunekit.space import Config, Problem, Rule
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 MAX_ELEMENTS_PER_THREAD = 64
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-import tunekit.backend  # noqa: F401  (selects the interpreter before any kernel module is imported)
-from tunekit import registry
-from tunekit.dispatch import reset_all
+import tunekit.core.backend  # noqa: F401  (selects the interpreter before any kernel module is imported)
+from tunekit.core import registry
+from tunekit.runtime.dispatch import reset_all
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from tunekit.store import DB_NAME, Store
+from tunekit.store.store import DB_NAME, Store
 
 JOURNAL_MAGIC = bytes((0xD9, 0xD5, 0x05, 0xF9, 0x20, 0xA1, 0x63, 0xD7))
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tunekit.device import INTERPRETER_VENDOR, DeviceFingerprint
-from tunekit.device_limits import DeviceLimits
+from tunekit.core.device import INTERPRETER_VENDOR, DeviceFingerprint
+from tunekit.core.device_limits import DeviceLimits
 
 H200 = DeviceFingerprint(
     vendor="nvidia",
@@ -34,7 +34,7 @@ INTERPRETER = dataclasses.replace(
     cuda_version="none",
 )
 
-# The H200's occupancy limits as tunekit.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/).
+# The H200's occupancy limits as tunekit.core.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/).
 H200_LIMITS = DeviceLimits(
     sm_count=132,
     warp_size=32,

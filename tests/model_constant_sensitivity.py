@@ -1,6 +1,6 @@
 """How much the GEMM results of the tuning-efficiency benchmark depend on the model's one fitted constant.
 
-`Arch.loop_step_clk` (tunekit/model.py) was chosen by looking at the recorded GEMM tables. This script reruns the
+`Arch.loop_step_clk` (tunekit/tuning/model.py) was chosen by looking at the recorded GEMM tables. This script reruns the
 model strategy (seed 0) on those tables for a range of values and prints the trials to within 2% of each table's
 best, then a leave-one-out choice per table (ties broken towards the smallest constant, not the shipped one).
 Not a test (pytest does not collect it): `python tests/model_constant_sensitivity.py`, on a CPU.
@@ -13,9 +13,9 @@ import statistics
 
 import optuna
 
-from tunekit import model
-from tunekit.efficiency import describe_table, run_once
-from tunekit.timing_table import load_all
+from tunekit.evaluation.efficiency import describe_table, run_once
+from tunekit.evaluation.timing_table import load_all
+from tunekit.tuning import model
 
 VALUES = (0, 100, 200, 300, 400, 600, 800)
 

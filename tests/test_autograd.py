@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tunekit.ops as ops
-from tunekit.errors import TunekitError
+from tunekit.core.errors import TunekitError
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}  # relative to the largest gradient
@@ -105,7 +105,7 @@ def untuned_gpu(monkeypatch, tmp_path):
 
     from fingerprints import H200
 
-    from tunekit import dispatch
+    from tunekit.runtime import dispatch
 
     monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(dispatch, "fingerprint", lambda: dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3"))

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from test_store import Pickled, make_entry
 from typer.testing import CliRunner
 
-from tunekit import store as store_mod
-from tunekit.cache_key import CacheKey
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher, reset_all, resolve
-from tunekit.entry import Entry
-from tunekit.store import DB_NAME, Store
+from tunekit.core.device import fingerprint
+from tunekit.runtime.dispatch import dispatcher, reset_all, resolve
+from tunekit.store import store as store_mod
+from tunekit.store.entry import Entry
+from tunekit.store.key import CacheKey
+from tunekit.store.store import DB_NAME, Store
 
 KEY = (8, 32, "float32")
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}

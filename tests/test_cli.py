@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tunekit.cli import app
-from tunekit.store import Store
+from tunekit.store.store import Store
 
 runner = CliRunner()
 
@@ -102,8 +102,8 @@ def test_import_counts_each_key_once_and_refuses_what_serving_would(toy, tmp_pat
     """The same key twice is an error (never "2 added"); a config that breaks the rules refuses the file."""
     from test_database import toy_entry
 
-    from tunekit.database import document
-    from tunekit.device import fingerprint
+    from tunekit.core.device import fingerprint
+    from tunekit.store.database import document
 
     entry = toy_entry(toy, fingerprint(), 1.0)
     twice = tmp_path / "twice.json"

@@ -117,7 +117,7 @@ def test_show_escapes_stored_text(toy):
     """A device name from storage is printed as text: no rich markup applied, no control characters passed."""
     from dataclasses import replace
 
-    from tunekit.store import Store
+    from tunekit.store.store import Store
 
     assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "2").exit_code == 0
     with Store() as store:

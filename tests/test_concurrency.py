@@ -20,22 +20,22 @@ from crafting import raw_rows
 from test_store import make_entry
 from toy_kernel import PlantedTimer
 
-from tunekit.cache_key import CacheKey
-from tunekit.device import fingerprint
-from tunekit.entry import Entry
-from tunekit.store import DB_NAME, Store, _parse
+from tunekit.core.device import fingerprint
+from tunekit.store.entry import Entry
+from tunekit.store.key import CacheKey
+from tunekit.store.store import DB_NAME, Store, _parse
 
 TESTS = Path(__file__).parent
 PREAMBLE = f"""
 import json, os, sys, time
 sys.path.insert(0, {str(TESTS)!r})
-from tunekit import registry
+from tunekit.core import registry
 registry.KERNELS["toy"] = "toy_kernel"
 from toy_kernel import PlantedTimer
-from tunekit.cache_key import CacheKey
-from tunekit.device import fingerprint
-from tunekit.store import Store
-from tunekit.tuner import TuneOptions, tune
+from tunekit.store.key import CacheKey
+from tunekit.core.device import fingerprint
+from tunekit.store.store import Store
+from tunekit.tuning.tuner import TuneOptions, tune
 toy = registry.get_spec("toy")
 device = fingerprint()
 """
@@ -72,7 +72,7 @@ def _key(toy, problem) -> CacheKey:
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 CLI_RUN = """
-import tunekit.bench
+import tunekit.tuning.bench
 class LoggedTimer(PlantedTimer):
     label = "logged"
     def __call__(self, fn, config):
@@ -80,7 +80,7 @@ class LoggedTimer(PlantedTimer):
             f.write(json.dumps(config, sort_keys=True) + "\\n")
         time.sleep(0.05)
         return super().__call__(fn, config)
-tunekit.bench.default_timer = LoggedTimer  # the CLI builds its timer from here
+tunekit.tuning.bench.default_timer = LoggedTimer  # the CLI builds its timer from here
 from tunekit.cli import app
 app(["tune", "--kernel", "toy", "--shape", "8x64", "--dtype", "float32", "--sampler", "exhaustive",
      "--trials", "1000"], standalone_mode=False)
@@ -129,9 +129,9 @@ def test_sigkill_mid_run_loses_at_most_the_trial_in_flight_and_the_rerun_resumes
 
 PUTTER = """
 import sys
-from tunekit.cache_key import CacheKey
-from tunekit.entry import Entry, TrialRecord
-from tunekit.store import Store
+from tunekit.store.key import CacheKey
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.store import Store
 log = open(sys.argv[1], "a", buffering=1)
 start = int(sys.argv[2])
 with Store() as store:
@@ -215,7 +215,7 @@ with Store() as store:
         out["tuned"].append({"digest": e.key.digest, "time_ms": e.time_ms, "config": e.config,
                              "trials": sorted(json.dumps(t.config, sort_keys=True) for t in e.trials)})
     # a stress of bare read-merge-writes on one shared key: every one adds a trial no other writer has
-    from tunekit.entry import Entry, TrialRecord
+    from tunekit.store.entry import Entry, TrialRecord
     key = CacheKey.make("toy", toy.source_hash, device.key, {"rows": 64, "cols": 32, "dtype": "float32"})
     for n in range(25):
         t = 1.0 + (37 * i + 11 * n) % 200 / 100
@@ -266,8 +266,8 @@ def test_eight_writers_at_once_lose_nothing_and_keep_the_fastest(toy, tmp_path):
 # ------------------------------------------------------------------------------------------ ranks resolve alike
 
 RANK = """
-from tunekit.dispatch import dispatcher
-from tunekit.errors import CacheMissError
+from tunekit.runtime.dispatch import dispatcher
+from tunekit.core.errors import CacheMissError
 keys = [tuple(k) for k in json.loads(os.environ["KEYS"])]
 got = []
 for key in keys:

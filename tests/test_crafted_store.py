@@ -39,14 +39,14 @@ from test_store import Pickled
 from typer.testing import CliRunner
 
 import tunekit.ops
-from tunekit import registry
-from tunekit import store as store_mod
-from tunekit.cache_key import CacheKey
 from tunekit.cli import app
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher, reset_all
-from tunekit.entry import Entry, TrialRecord
-from tunekit.store import DB_NAME, LEGACY_NAME, Store
+from tunekit.core import registry
+from tunekit.core.device import fingerprint
+from tunekit.runtime.dispatch import dispatcher, reset_all
+from tunekit.store import store as store_mod
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+from tunekit.store.store import DB_NAME, LEGACY_NAME, Store
 
 BOUND_S = 30  # no example may take longer (a typical one takes under a second)
 MAX_PAYLOAD = 2**18  # the store's payload cap, lowered so that a "huge" payload stays cheap to build

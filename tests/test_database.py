@@ -8,9 +8,11 @@ import stat
 import pytest
 from test_store import H200, make_entry
 
-from tunekit import atomic, database
-from tunekit.cache_key import CacheKey
-from tunekit.database import (
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import DatabaseError
+from tunekit.runtime.dispatch import resolve
+from tunekit.store import atomic, database
+from tunekit.store.database import (
     ImportResult,
     document,
     export_entries,
@@ -18,11 +20,9 @@ from tunekit.database import (
     read_document,
     write_document,
 )
-from tunekit.device import fingerprint
-from tunekit.dispatch import resolve
-from tunekit.entry import Entry, TrialRecord
-from tunekit.errors import DatabaseError
-from tunekit.store import Store
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
 
 
 def toy_entry(toy, device, time_ms, block=16, rows=8, timer="fake", cols=32, variant="a"):

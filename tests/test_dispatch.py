@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 from test_store import make_entry
 
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher, resolve
-from tunekit.errors import CacheMissError
-from tunekit.store import Store
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import CacheMissError
+from tunekit.runtime.dispatch import dispatcher, resolve
+from tunekit.store.store import Store
 
 KEY = (8, 32, "float32")
 
@@ -47,14 +47,14 @@ def test_memo_means_no_store_read(toy, toy_entry, monkeypatch):
 
 def test_shipped_layer(toy, toy_entry, monkeypatch):
     shipped = toy_entry(block=4)
-    monkeypatch.setattr("tunekit.dispatch.shipped_entries", lambda: {shipped.key: shipped})
+    monkeypatch.setattr("tunekit.runtime.dispatch.shipped_entries", lambda: {shipped.key: shipped})
     d = dispatcher("toy")
     assert d.config(KEY)["BLOCK"] == 4 and d.counters == {"shipped": 1}
 
 
 def test_user_cache_wins_over_shipped(toy, toy_entry, monkeypatch):
     shipped = toy_entry(block=4)
-    monkeypatch.setattr("tunekit.dispatch.shipped_entries", lambda: {shipped.key: shipped})
+    monkeypatch.setattr("tunekit.runtime.dispatch.shipped_entries", lambda: {shipped.key: shipped})
     with Store() as store:
         store.put(toy_entry(block=8))
     assert dispatcher("toy").config(KEY)["BLOCK"] == 8

@@ -9,10 +9,10 @@ import pytest
 from fingerprints import H200
 from test_simulate import planted_table
 
-from tunekit import efficiency
-from tunekit.efficiency import Ratio, Result, Stat, format_table, median_of, run_benchmark, worst_of
-from tunekit.registry import get_spec
-from tunekit.simulate import CandidateCost
+from tunekit.core.registry import get_spec
+from tunekit.evaluation import efficiency
+from tunekit.evaluation.efficiency import Ratio, Result, Stat, format_table, median_of, run_benchmark, worst_of
+from tunekit.evaluation.simulate import CandidateCost
 
 RMSNORM = {"rows": 2048, "cols": 8192, "dtype": "bfloat16", "weight": True}
 STRATEGIES = ("random", "exhaustive", "tpe")

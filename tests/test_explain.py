@@ -6,8 +6,8 @@ import re
 
 from fingerprints import H200, H200_LIMITS
 
-from tunekit.explain import WIDTH, explain
-from tunekit.registry import get_spec
+from tunekit.core.registry import get_spec
+from tunekit.tuning.explain import WIDTH, explain
 
 
 def gemm_4097() -> dict:

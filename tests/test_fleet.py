@@ -24,8 +24,7 @@ from toy_kernel import PlantedTimer
 from typer.testing import CliRunner
 
 from tunekit.cli import app
-from tunekit.dispatch import dispatcher
-from tunekit.errors import TunekitError
+from tunekit.core.errors import TunekitError
 from tunekit.fleet import (
     ERROR_ATTR,
     JOB_ATTR,
@@ -41,9 +40,10 @@ from tunekit.fleet import (
     run_job,
     work,
 )
-from tunekit.owner import owner_record
-from tunekit.recorder import record_problems
-from tunekit.store import Store
+from tunekit.fleet.owner import owner_record
+from tunekit.runtime.dispatch import dispatcher
+from tunekit.runtime.recorder import record_problems
+from tunekit.store.store import Store
 
 TESTS = Path(__file__).parent
 POSTGRES = os.environ.get("TUNEKIT_TEST_POSTGRES_URL")
@@ -357,7 +357,7 @@ def _children(pid: int) -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"tunekit.isolation" in cmdline:
+        if int(fields[1]) == pid and fields[0] != "Z" and b"tunekit.tuning.isolation" in cmdline:
             found.append(int(stat.parent.name))
     return found
 
@@ -447,7 +447,7 @@ def test_status_of_a_missing_queue(tmp_path):
 
 
 def test_recorder_logs_each_problem_the_ops_resolved(toy, tmp_path, monkeypatch):
-    from tunekit import recorder
+    from tunekit.runtime import recorder
 
     d = dispatcher("toy")
     k1, k2 = (8, 32, "float32"), (4, 16, "float16")
@@ -521,7 +521,7 @@ def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage,
     """status, export --storage and --submit go on past one unreadable job or result; the rest still exports."""
     from test_database import toy_entry
 
-    from tunekit.device import fingerprint
+    from tunekit.core.device import fingerprint
 
     url = any_storage
     queue = JobQueue(url)
@@ -645,7 +645,7 @@ def test_requeue_by_hand(tmp_path):
     assert queue.counts() == {"queued": 3, "running": 0, "done": 0, "failed": 0}
     from test_database import toy_entry
 
-    from tunekit.device import fingerprint
+    from tunekit.core.device import fingerprint
 
     problem = elsewhere.job.problem
     late = toy_entry(toy_spec(), fingerprint(), 1.0, rows=int(problem["rows"]), cols=int(problem["cols"]))
@@ -676,6 +676,6 @@ def test_a_sigkilled_journal_worker_s_job_is_requeued_and_done_once(tmp_path):
 
 
 def toy_spec():
-    from tunekit.registry import get_spec
+    from tunekit.core.registry import get_spec
 
     return get_spec("toy")

@@ -11,10 +11,10 @@ from test_store import H200
 from typer.testing import CliRunner
 
 from tunekit.cli import app
-from tunekit.device import fingerprint
-from tunekit.errors import TunekitError
-from tunekit.forget import Selection, forget
-from tunekit.store import Store
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import TunekitError
+from tunekit.store.forget import Selection, forget
+from tunekit.store.store import Store
 
 runner = CliRunner()
 

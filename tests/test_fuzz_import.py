@@ -6,7 +6,7 @@ writes nothing, and an accepted one leaves only entries that validate again.
 
 `test_the_local_best_is_served_after_any_import` builds documents of entries that break the space's rules, times
 below the physical floor, another timer's times, one key twice, and duplicate JSON keys, over a store holding a
-tuned best; afterwards dispatch (`tunekit.dispatch.resolve`) serves exactly what the rules say it must.
+tuned best; afterwards dispatch (`tunekit.runtime.dispatch.resolve`) serves exactly what the rules say it must.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from test_database import toy_entry
 
-from tunekit import database
-from tunekit.database import document, import_document, validate_entry
-from tunekit.device import fingerprint
-from tunekit.dispatch import resolve
-from tunekit.errors import DatabaseError, TunekitError
-from tunekit.store import Store
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import DatabaseError, TunekitError
+from tunekit.runtime.dispatch import resolve
+from tunekit.store import database
+from tunekit.store.database import document, import_document, validate_entry
+from tunekit.store.store import Store
 
 FUZZ = settings(
     max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -365,7 +365,7 @@ def test_the_local_best_is_served_after_any_import(toy, tmp_path_factory, items,
 
 
 def test_a_rule_breaking_entry_already_in_the_store_is_never_served(toy):
-    """Serving checks the rules too (tunekit.dispatch.resolve): an entry written past import (an older tunekit,
+    """Serving checks the rules too (tunekit.runtime.dispatch.resolve): an entry written past import (an older tunekit,
     a hand-edited store) with a config that breaks the rules for its problem falls through to the next layer."""
     device = fingerprint()
     bad = toy_entry(toy, device, 0.001, rows=8)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tunekit.ops as ops
-from tunekit.errors import AutogradUnsupportedError, TunekitError
+from tunekit.core.errors import AutogradUnsupportedError, TunekitError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on the NaN and inf inputs
 

@@ -17,20 +17,20 @@ import torch
 import torch.nn.functional as F
 from fingerprints import H200, H200_LIMITS
 
-from tunekit import model
-from tunekit.device import DeviceFingerprint, fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPE_NAMES
+from tunekit.evaluation.simulate import check_table
+from tunekit.evaluation.timing_table import load_all
 from tunekit.kernels import gemm as G
 from tunekit.kernels.common import pow2_divisor
 from tunekit.kernels.gemm import host as GH
 from tunekit.kernels.gemm import problem as GP
 from tunekit.ops.gemm import linear, matmul
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
-from tunekit.simulate import check_table
-from tunekit.spec import DTYPE_NAMES
-from tunekit.timing_table import load_all
-from tunekit.verify import verify_config
+from tunekit.tuning import model
+from tunekit.tuning.verify import verify_config
 
 SPEC = G.SPEC
 CPU = torch.device("cpu")

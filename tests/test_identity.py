@@ -21,14 +21,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tunekit.cache_key import CacheKey
-from tunekit.database import read_document
-from tunekit.device import DeviceFingerprint
-from tunekit.dispatch import resolve
-from tunekit.entry import Entry
-from tunekit.identity import explain_change, function_source, walk_jit
-from tunekit.registry import get_spec, kernel_names
-from tunekit.space import Rule, SearchSpace
+from tunekit.core.device import DeviceFingerprint
+from tunekit.core.identity import explain_change, function_source, walk_jit
+from tunekit.core.registry import get_spec, kernel_names
+from tunekit.core.space import Rule, SearchSpace
+from tunekit.runtime.dispatch import resolve
+from tunekit.store.database import read_document
+from tunekit.store.entry import Entry
+from tunekit.store.key import CacheKey
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "launch_paths.json"
@@ -129,9 +129,9 @@ def test_show_lists_a_stale_entry_and_says_why(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from tunekit.cli import app
-    from tunekit.device import fingerprint
-    from tunekit.dispatch import why_not_served
-    from tunekit.store import Store
+    from tunekit.core.device import fingerprint
+    from tunekit.runtime.dispatch import why_not_served
+    from tunekit.store.store import Store
 
     monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path))
     spec = get_spec("layernorm")
@@ -196,12 +196,12 @@ import json, sys
 import tunekit.kernels, tunekit.search_spaces
 tunekit.kernels.__path__[:] = [sys.argv[1] + "/kernels"]
 tunekit.search_spaces.__path__[:] = [sys.argv[1] + "/search_spaces"]
-from tunekit.registry import get_spec, kernel_names
-from tunekit.cache_key import CacheKey
-from tunekit.database import read_document
-from tunekit.device import DeviceFingerprint
-from tunekit.dispatch import resolve
-from tunekit.entry import Entry
+from tunekit.core.registry import get_spec, kernel_names
+from tunekit.store.key import CacheKey
+from tunekit.store.database import read_document
+from tunekit.core.device import DeviceFingerprint
+from tunekit.runtime.dispatch import resolve
+from tunekit.store.entry import Entry
 from pathlib import Path
 served = [
     resolve(get_spec(e.key.kernel), dict(e.key.problem), DeviceFingerprint.from_json(e.device), None).layer

@@ -1,4 +1,4 @@
-"""Isolated benchmarking (tunekit.isolation): candidates that hang, crash or poison their process are failed records.
+"""Isolated benchmarking (tuning.isolation): candidates that hang, crash or poison their process are failed records.
 
 The toy kernel commits the faults named in TOY_FAULTS (see tests/toy_kernel.py); the worker inherits the variable.
 On the H200 the same machinery meets real faults: .device/issue7.py (compile error, shared memory, an infinite
@@ -23,14 +23,14 @@ import toy_kernel
 from toy_kernel import PlantedTimer
 from triton.runtime.errors import OutOfResources
 
-from tunekit import backend, registry
-from tunekit.bench import CudaEventTimer, WallClockTimer, timer_to_json
-from tunekit.cache_key import CacheKey
-from tunekit.device import fingerprint
-from tunekit.entry import Entry
-from tunekit.errors import TunekitError
-from tunekit.isolation import IsolatedBench, prespawn
-from tunekit.tuner import InProcessBench, TuneOptions, _isolation, tune
+from tunekit.core import backend, registry
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import TunekitError
+from tunekit.store.entry import Entry
+from tunekit.store.key import CacheKey
+from tunekit.tuning.bench import CudaEventTimer, WallClockTimer, timer_to_json
+from tunekit.tuning.isolation import IsolatedBench, prespawn
+from tunekit.tuning.tuner import InProcessBench, TuneOptions, _isolation, tune
 
 PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
 FAULTS = {"2/a/1": "hang", "4/a/2": "exit", "8/a/1": "segfault", "2/b/2": "poison"}
@@ -99,11 +99,11 @@ def test_a_bug_in_the_worker_is_raised_not_recorded(toy, monkeypatch):
 def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_option(monkeypatch):
     assert _isolation(TuneOptions(), WallClockTimer()) is None  # the interpreter: spawning costs seconds
     assert _isolation(TuneOptions(isolate=True), WallClockTimer()) == {
-        "class": "tunekit.bench:WallClockTimer",
+        "class": "tunekit.tuning.bench:WallClockTimer",
         "state": {"repeats": 3},
     }
     monkeypatch.setattr(backend, "INTERPRETED", False)
-    assert _isolation(TuneOptions(), CudaEventTimer())["class"] == "tunekit.bench:CudaEventTimer"
+    assert _isolation(TuneOptions(), CudaEventTimer())["class"] == "tunekit.tuning.bench:CudaEventTimer"
     assert _isolation(TuneOptions(), PlantedTimer()) is None  # custom timers stay in-process unless forced
     assert _isolation(TuneOptions(isolate=False), CudaEventTimer()) is None
 
@@ -120,7 +120,7 @@ def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_optio
 
 
 def test_a_worker_that_cannot_load_the_kernel_is_a_clear_error(toy, monkeypatch):
-    from tunekit import registry
+    from tunekit.core import registry
 
     edited = dataclasses.replace(toy, version=toy.version + 1)  # the tuner's spec is not the module's
     monkeypatch.setitem(registry._loaded, "toy", edited)
@@ -167,11 +167,11 @@ def test_the_worker_dies_with_a_killed_tuner(tmp_path):
         import json, os, sys
         sys.path.insert(0, {str(TESTS)!r})
         os.environ["TOY_FAULTS"] = json.dumps({{"1/a/1": "hang"}})
-        from tunekit import registry
+        from tunekit.core import registry
         registry.KERNELS["toy"] = "toy_kernel"
         from toy_kernel import PlantedTimer
-        from tunekit.device import fingerprint
-        from tunekit.tuner import TuneOptions, tune
+        from tunekit.core.device import fingerprint
+        from tunekit.tuning.tuner import TuneOptions, tune
         tune(registry.get_spec("toy"), {PROBLEM!r}, fingerprint(), TuneOptions(isolate=True), timer=PlantedTimer())
         """
     )

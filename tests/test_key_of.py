@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fingerprints import INTERPRETER
 
-from tunekit.backend import torch_device
-from tunekit.registry import get_spec, kernel_names
+from tunekit.core.backend import torch_device
+from tunekit.core.registry import get_spec, kernel_names
 
 CASES = [(name, p) for name in kernel_names() for p in get_spec(name).default_problems(INTERPRETER)]
 

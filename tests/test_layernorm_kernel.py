@@ -5,7 +5,7 @@ from __future__ import annotations
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
 import re
 
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -15,13 +15,13 @@ import pytest
 import torch
 from fingerprints import H200
 
-from tunekit.device import fingerprint
-from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, row_bucket
 from tunekit.kernels import layernorm as ln
 from tunekit.kernels.common import next_pow2
 from tunekit.search_spaces.layernorm import SPACE
 from tunekit.search_spaces.rows import single_block_n, window_block_n
-from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
 DEVICES = (INTERP, H200)

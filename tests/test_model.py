@@ -1,4 +1,4 @@
-"""The tile/wave quantization model (tunekit.model, each kernel's declared geometry): hand-computed H200 cases."""
+"""The tile/wave quantization model (tuning.model, each kernel's declared geometry): hand-computed H200 cases."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 import pytest
 from fingerprints import H200, H200_LIMITS
 
-from tunekit import model
-from tunekit.device_limits import DeviceLimits
-from tunekit.model import geometry
-from tunekit.occupancy import Resources, occupancy
-from tunekit.registry import get_spec
+from tunekit.core.device_limits import DeviceLimits
+from tunekit.core.occupancy import Resources, occupancy
+from tunekit.core.registry import get_spec
 from tunekit.search_spaces.gemm import is_aligned16
+from tunekit.tuning import model
+from tunekit.tuning.model import geometry
 
 
 def gemm_problem(m: int, n: int = 4096, k: int = 4096, dtype: str = "bfloat16") -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
 import re
 
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from fingerprints import H200
 
 import tunekit.ops.normalization as norm_ops
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, row_bucket
 from tunekit.kernels import layernorm as ln_forward
 from tunekit.kernels import layernorm_backward as lnb
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.layernorm_backward import SPACE, max_per_thread
-from tunekit.spec import DTYPE_NAMES, DTYPES, row_bucket
 
 INTERP = fingerprint()
 DEVICES = (INTERP, H200)

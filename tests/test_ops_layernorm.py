@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import tunekit.ops
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError
+from tunekit.core.errors import InvalidInputError
+from tunekit.runtime.dispatch import dispatcher
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 

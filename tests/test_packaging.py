@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 import tunekit
 from tunekit.cli import app
-from tunekit.errors import TunekitError
-from tunekit.shipped_data import (
+from tunekit.core.errors import TunekitError
+from tunekit.store.shipped_data import (
     default_table_files,
     recorded_table_path,
     resolve_table,
@@ -62,7 +62,8 @@ def test_version_ranges_exclude_what_is_known_to_break():
 
 
 def test_install_hints_name_the_distribution():
-    from tunekit import plot, samplers
+    from tunekit.evaluation import plot
+    from tunekit.tuning import samplers
 
     for module in (plot, samplers):
         text = Path(module.__file__).read_text()
@@ -109,7 +110,7 @@ def test_import_is_cheap_and_ops_load_on_first_use():
         "assert callable(tunekit.ops.layer_norm) and callable(tunekit.record_problems)\n"
         "assert tunekit.nn.LayerNorm and callable(tunekit.patch) and callable(tunekit.unpatch)\n"
         "names = list(sys.modules)\n"
-        "assert names.index('tunekit.backend') < names.index('triton'), 'triton imported before the backend choice'\n"
+        "assert names.index('tunekit.core.backend') < names.index('triton'), 'triton before the backend choice'\n"
         "try:\n"
         "    tunekit.no_such_name\n"
         "except AttributeError as exc:\n"
@@ -120,15 +121,15 @@ def test_import_is_cheap_and_ops_load_on_first_use():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("module", ["tunekit.device", "tunekit.verify", "tunekit.cli", "triton"])
+@pytest.mark.parametrize("module", ["tunekit.core.device", "tunekit.tuning.verify", "tunekit.cli", "triton"])
 def test_the_backend_is_chosen_before_triton_is_imported(module):
     """Triton reads TRITON_INTERPRET when it is imported: after `import tunekit`, whatever imports triton first
-    (a tunekit module that imports it at its top, or the user's own `import triton`), tunekit.backend runs first."""
+    (a tunekit module that imports it at its top, or the user's own `import triton`), the backend runs first."""
     done = python(
         f"import os, sys, tunekit, {module}\n"
         "names = list(sys.modules)\n"
         "if 'triton' in names:\n"
-        "    assert names.index('tunekit.backend') < names.index('triton'), names\n"
+        "    assert names.index('tunekit.core.backend') < names.index('triton'), names\n"
         "    assert os.environ.get('TRITON_INTERPRET') == '1'  # no GPU here: the interpreter was chosen\n"
     )
     assert done.returncode == 0, done.stderr

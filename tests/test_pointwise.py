@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from fingerprints import H200
 
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.kernels import pointwise as pw
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.pointwise import ACTIVATIONS, SPACE
-from tunekit.spec import DTYPE_NAMES, row_bucket
 
 SPEC = pw.SPEC
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

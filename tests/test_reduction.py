@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
-import tunekit.backend
+import tunekit.core.backend
 
 # isort: split
 
@@ -15,14 +15,14 @@ import pytest
 import torch
 from fingerprints import H200
 
-from tunekit.device import INTERPRETER_VENDOR, fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidConfigError, InvalidInputError, InvalidShapeError
+from tunekit.core.device import INTERPRETER_VENDOR, fingerprint
+from tunekit.core.errors import InvalidConfigError, InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPES
 from tunekit.kernels import reduction as red
 from tunekit.ops import reduction as rops
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.reduction import SPACE
-from tunekit.spec import DTYPES
-from tunekit.verify import check_outputs
+from tunekit.tuning.verify import check_outputs
 
 # Interpreter-only noise: NaN arithmetic in masked-off lanes, and numpy's deprecation of Triton's scalar __index__.
 pytestmark = [
@@ -35,7 +35,7 @@ HERE = fingerprint()  # where the tests launch kernels: the interpreter, or a GP
 INTERP = dataclasses.replace(
     HERE, vendor=INTERPRETER_VENDOR, name="cpu", compute_capability="none", sm_count=0, smem_per_block=0
 )
-DEV = tunekit.backend.torch_device()
+DEV = tunekit.core.backend.torch_device()
 DTYPE_LIST = [torch.float16, torch.bfloat16, torch.float32]
 # Op-level tolerances vs an fp64 reference rounded to the output dtype: fp32 accumulation, one output rounding.
 TOL = {

@@ -1,4 +1,4 @@
-"""Stored text is escaped wherever the CLI prints it (tunekit.render): rich markup and terminal control sequences
+"""Stored text is escaped wherever the CLI prints it (tunekit.core.render): rich markup and terminal control sequences
 in device names, problems, job errors and worker names print as themselves, never as markup or escapes."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from test_database import toy_entry
 from typer.testing import CliRunner
 
 from tunekit.cli import app
-from tunekit.database import document
-from tunekit.device import fingerprint
+from tunekit.core.device import fingerprint
+from tunekit.core.render import markup, plain
 from tunekit.fleet import JobQueue
-from tunekit.render import markup, plain
-from tunekit.store import Store
+from tunekit.store.database import document
+from tunekit.store.store import Store
 
 runner = CliRunner()
 ESC = "\x1b"

@@ -1,4 +1,4 @@
-"""tunekit.report and tunekit.plot: the method (check before timing, rates and floors), the arithmetic, the JSON,
+"""evaluation.report and evaluation.plot: the method (check before timing, rates and floors), the arithmetic, the JSON,
 the table and the PNG. Runs in the interpreter on tiny shapes; the GPU-only paths are covered through their pure
 parts (timing selection, roofline) and a hand-made GPU run."""
 
@@ -11,13 +11,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tunekit import backend, plot, report, suite
-from tunekit.bench import WallClockTimer
 from tunekit.cli import app
-from tunekit.errors import TunekitError
-from tunekit.plot import plot_file, plot_run
-from tunekit.registry import get_spec
-from tunekit.report import (
+from tunekit.core import backend
+from tunekit.core.errors import TunekitError
+from tunekit.core.registry import get_spec
+from tunekit.evaluation import plot, report, suite
+from tunekit.evaluation.plot import plot_file, plot_run
+from tunekit.evaluation.report import (
     AUTOGRAD_NOTE,
     COMPILED,
     COPY,
@@ -40,8 +40,9 @@ from tunekit.report import (
     summarize,
     timing_method,
 )
-from tunekit.suite import AutogradRunner, Baseline, eager_runner, families, work_list
-from tunekit.verify import check_outputs
+from tunekit.evaluation.suite import AutogradRunner, Baseline, eager_runner, families, work_list
+from tunekit.tuning.bench import WallClockTimer
+from tunekit.tuning.verify import check_outputs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -149,7 +150,7 @@ def test_json_round_trip_and_png_from_a_json_fixture(tmp_path):
 def test_a_family_too_long_for_one_figure_is_drawn_in_parts(tmp_path):
     from dataclasses import replace
 
-    from tunekit.plot import MAX_ROWS
+    from tunekit.evaluation.plot import MAX_ROWS
 
     row = gpu_like_run().rows[0]
     run = replace(gpu_like_run(), rows=[replace(row, label=f"{i}x{i}") for i in range(MAX_ROWS + 3)])

@@ -21,11 +21,11 @@ from pathlib import Path
 
 from fingerprints import H200, H200_LIMITS, INTERPRETER
 
-from tunekit import model
-from tunekit.database import read_document
-from tunekit.device import DeviceFingerprint
-from tunekit.dispatch import resolve
-from tunekit.registry import get_spec, kernel_names
+from tunekit.core.device import DeviceFingerprint
+from tunekit.core.registry import get_spec, kernel_names
+from tunekit.runtime.dispatch import resolve
+from tunekit.store.database import read_document
+from tunekit.tuning import model
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "resolutions.json"

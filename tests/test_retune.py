@@ -10,11 +10,11 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from tunekit.cache_key import CacheKey
 from tunekit.cli import app
-from tunekit.device import fingerprint
-from tunekit.store import Store
-from tunekit.tuner import ALREADY_TUNED, InProcessBench, TuneOptions, tune
+from tunekit.core.device import fingerprint
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+from tunekit.tuning.tuner import ALREADY_TUNED, InProcessBench, TuneOptions, tune
 
 runner = CliRunner()
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
@@ -104,7 +104,7 @@ def test_a_tuned_problem_returns_its_stored_entry_without_a_bench(toy, monkeypat
     def no_bench(*args, **kwargs):
         raise AssertionError("a bench was started for a tuned problem")
 
-    monkeypatch.setattr("tunekit.tuner.InProcessBench", no_bench)
+    monkeypatch.setattr("tunekit.tuning.tuner.InProcessBench", no_bench)
     again = tune(toy, PROBLEM, device, TuneOptions(trials=4, sampler="random"), previous=first.entry)
     assert again.skipped and again.stop_reason == ALREADY_TUNED and again.entry == first.entry
 

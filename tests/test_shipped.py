@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.database import read_document, shipped_entries
-from tunekit.device import fingerprint
+from tunekit.core.device import fingerprint
+from tunekit.store.database import read_document, shipped_entries
 
 SHIPPED = sorted((Path(__file__).parent.parent / "cache").glob("*.json"))
 
@@ -31,7 +31,7 @@ def test_shipped_entries_match_the_current_kernel_sources(path):
     """A change of a kernel's identity (its jit code, space values or version) retires its shipped entries
     silently at run time; here it fails loudly instead. Re-tune the kernel on that device and re-export.
     Reformatting and moving code keep the identity (tests/test_identity.py)."""
-    from tunekit.registry import get_spec
+    from tunekit.core.registry import get_spec
 
     stale = sorted(
         {e.key.kernel for e in read_document(path) if e.key.source_hash != get_spec(e.key.kernel).source_hash}

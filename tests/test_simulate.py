@@ -8,8 +8,9 @@ from collections.abc import Mapping
 import pytest
 from fingerprints import H200
 
-from tunekit.registry import get_spec
-from tunekit.simulate import (
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Value, config_id
+from tunekit.evaluation.simulate import (
     NOT_RECORDED,
     CandidateCost,
     SimulatedClock,
@@ -17,11 +18,10 @@ from tunekit.simulate import (
     check_table,
     simulate_tune,
 )
-from tunekit.space import Value, config_id
-from tunekit.timing_table import TimingRow, TimingTable
+from tunekit.evaluation.timing_table import TimingRow, TimingTable
 
 LAYERNORM = {"rows": 4096, "cols": 4096, "dtype": "float16", "weight": True, "bias": True}
-# An H200's occupancy limits, as tunekit.device_limits reads them (what a recorded table carries).
+# An H200's occupancy limits, as tunekit.core.device_limits reads them (what a recorded table carries).
 H200_LIMITS = {
     "sm_count": 132,
     "warp_size": 32,

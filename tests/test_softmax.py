@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
-import tunekit.backend
+import tunekit.core.backend
 
 # isort: split
 
@@ -14,15 +14,15 @@ import pytest
 import torch
 from fingerprints import H200
 
-from tunekit.device import INTERPRETER_VENDOR, fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.device import INTERPRETER_VENDOR, fingerprint
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+from tunekit.core.spec import DTYPES
 from tunekit.kernels import softmax as sm
 from tunekit.ops import reduction as rops
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.rows import single_block_n
 from tunekit.search_spaces.softmax import SPACE
-from tunekit.spec import DTYPES
-from tunekit.verify import check_outputs
+from tunekit.tuning.verify import check_outputs
 
 # Interpreter-only noise: NaN/inf arithmetic in masked-off rows and all -inf rows, and numpy's deprecation of
 # Triton's scalar __index__.
@@ -37,7 +37,7 @@ HERE = fingerprint()  # where the tests launch kernels: the interpreter, or a GP
 INTERP = dataclasses.replace(
     HERE, vendor=INTERPRETER_VENDOR, name="cpu", compute_capability="none", sm_count=0, smem_per_block=0
 )
-DEV = tunekit.backend.torch_device()
+DEV = tunekit.core.backend.torch_device()
 DTYPE_LIST = [torch.float16, torch.bfloat16, torch.float32]
 TOL = {
     torch.float32: {"atol": 1e-6, "rtol": 1e-4},

@@ -3,9 +3,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from tunekit.device import fingerprint
-from tunekit.errors import InvalidConfigError
-from tunekit.space import Choice, PowerOfTwo, Rule, SearchSpace, config_id
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import InvalidConfigError
+from tunekit.core.space import Choice, PowerOfTwo, Rule, SearchSpace, config_id
 
 SPACE = SearchSpace(
     params=(PowerOfTwo("BLOCK", 16, 256), Choice("variant", ("single", "looped")), Choice("flag", (True, False))),

@@ -15,11 +15,11 @@ import pytest
 from crafting import leave_hot_journal, name_super_journal, private_tmpfs_available, run_in_tmpfs
 from fingerprints import H200
 
-from tunekit.cache_key import CacheKey
-from tunekit.device import DeviceFingerprint, fingerprint
-from tunekit.entry import Entry, TrialRecord
-from tunekit.errors import CacheError, TunekitError
-from tunekit.store import DB_NAME, LEGACY_NAME, Store
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.errors import CacheError, TunekitError
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+from tunekit.store.store import DB_NAME, LEGACY_NAME, Store
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 
@@ -228,10 +228,10 @@ FIFO_SCRIPT = """
 import json, os, sqlite3, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from tunekit import registry
-from tunekit.dispatch import dispatcher
-from tunekit.errors import CacheError
-from tunekit.store import _TABLE_SQL, DB_NAME, Store
+from tunekit.core import registry
+from tunekit.runtime.dispatch import dispatcher
+from tunekit.core.errors import CacheError
+from tunekit.store.store import _TABLE_SQL, DB_NAME, Store
 root, out = Path(sys.argv[1]), {}
 for case in ("database", "journal", "after-open"):
     d = root / case
@@ -392,7 +392,7 @@ def test_a_full_disk_still_serves_and_a_write_says_enospc(tmp_path):
 
 def test_a_full_database_says_enospc_without_blaming_the_store(tmp_path, monkeypatch):
     """The same on any machine: SQLite's max_page_count makes every growing write fail as a full disk does."""
-    from tunekit import store as store_mod
+    from tunekit.store import store as store_mod
 
     real = store_mod._connect
 
@@ -408,7 +408,7 @@ def test_a_full_database_says_enospc_without_blaming_the_store(tmp_path, monkeyp
 
 
 def test_a_lock_held_too_long_is_a_bounded_wait_and_reads_go_on(isolated_cache, monkeypatch):
-    from tunekit import store as store_mod
+    from tunekit.store import store as store_mod
 
     e = make_entry(fingerprint(), 1.5)
     with Store() as s:

@@ -7,11 +7,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tunekit import backend, suite
 from tunekit.cli import app
-from tunekit.errors import TunekitError
-from tunekit.registry import get_spec
-from tunekit.suite import EPILOGUES, families, family_for, work_list
+from tunekit.core import backend
+from tunekit.core.errors import TunekitError
+from tunekit.core.registry import get_spec
+from tunekit.evaluation import suite
+from tunekit.evaluation.suite import EPILOGUES, families, family_for, work_list
 
 runner = CliRunner()
 
@@ -188,7 +189,7 @@ def test_gemm_groups_are_the_targets_size_classes():
 
 
 def test_every_target_names_a_family_group_and_ratio_the_suite_measures():
-    from tunekit.report import COPY_RATIO
+    from tunekit.evaluation.report import COPY_RATIO
 
     baselines = {"torch", "torch.compile"}
     for target in suite.TARGETS:

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from toy_kernel import PlantedTimer
 
-from tunekit.device import fingerprint
-from tunekit.errors import TunekitError
-from tunekit.tuner import TuneOptions, tune
+from tunekit.core.device import fingerprint
+from tunekit.core.errors import TunekitError
+from tunekit.tuning.tuner import TuneOptions, tune
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 
@@ -107,8 +107,8 @@ def test_unknown_sampler_lists_valid_ones(toy):
 
 def test_a_killed_run_keeps_every_finished_trial(toy, isolated_cache):
     """Checkpoints after each measurement: a crash mid-run loses only the trial in flight; a rerun resumes."""
-    from tunekit.cache_key import CacheKey
-    from tunekit.store import Store
+    from tunekit.store.key import CacheKey
+    from tunekit.store.store import Store
 
     class Crash(Exception):
         pass
@@ -142,7 +142,7 @@ def test_a_killed_run_keeps_every_finished_trial(toy, isolated_cache):
 def test_integer_outputs_are_poisoned_and_compared_exactly(toy):
     import torch
 
-    from tunekit.verify import check_outputs, poison
+    from tunekit.tuning.verify import check_outputs, poison
 
     idx = torch.empty(5, dtype=torch.int64)
     poison(idx)

@@ -1,6 +1,6 @@
 """The `model` strategy inside the real tuner: pruning, seeding, pattern search, shared signatures, warm start.
 
-Candidates are answered by a recorded H200 timing table (tunekit.simulate) or by a planted bench: no GPU.
+Candidates are answered by a recorded H200 timing table (tunekit.evaluation.simulate) or by a planted bench: no GPU.
 """
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 from fingerprints import H200, H200_LIMITS
 
-from tunekit import model
-from tunekit.cache_key import CacheKey
-from tunekit.efficiency import describe_table, run_once
-from tunekit.entry import Entry, TrialRecord
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Config, config_id
+from tunekit.evaluation.efficiency import describe_table, run_once
+from tunekit.evaluation.simulate import simulate_tune
+from tunekit.evaluation.timing_table import load_all
 from tunekit.kernels import gemm as G
-from tunekit.registry import get_spec
-from tunekit.simulate import simulate_tune
-from tunekit.space import Config, config_id
-from tunekit.timing_table import load_all
-from tunekit.tuner import TuneOptions, tune
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+from tunekit.tuning import model
+from tunekit.tuning.tuner import TuneOptions, tune
 
 SPEC = get_spec("gemm")
 

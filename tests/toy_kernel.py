@@ -20,10 +20,10 @@ import time
 import torch
 from triton.runtime.errors import OutOfResources
 
-from tunekit.device import DeviceFingerprint
-from tunekit.errors import InvalidShapeError
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
-from tunekit.spec import DTYPES, KernelSpec, Tolerance, row_bucket
+from tunekit.core.device import DeviceFingerprint
+from tunekit.core.errors import InvalidShapeError
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
+from tunekit.core.spec import DTYPES, KernelSpec, Tolerance, row_bucket
 
 SPACE = SearchSpace(
     params=(PowerOfTwo("BLOCK", 1, 64), Choice("variant", ("a", "b", "wrong")), PowerOfTwo("num_warps", 1, 8)),

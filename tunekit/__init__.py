@@ -1,7 +1,7 @@
 """tunekit: autotuned Triton kernels with a device-keyed cache.
 
 `import tunekit` is cheap: it imports neither torch nor triton. `tunekit.ops`, `tunekit.nn`, `tunekit.patch` /
-`tunekit.unpatch` and `tunekit.record_problems` load on first use. Whatever imports triton first, tunekit.backend
+`tunekit.unpatch` and `tunekit.record_problems` load on first use. Whatever imports triton first, tunekit.core.backend
 runs just before it (the hook below): it picks the GPU or Triton's interpreter, which triton reads when imported.
 """
 
@@ -23,7 +23,7 @@ DISTRIBUTION = "tunekit-triton"
 
 
 class _BackendBeforeTriton(importlib.abc.MetaPathFinder):
-    """Runs tunekit.backend (GPU or interpreter: it sets TRITON_INTERPRET) right before triton is first imported,
+    """Runs tunekit.core.backend (GPU or interpreter: it sets TRITON_INTERPRET) right before triton is first imported,
     then leaves the import to the usual finders and removes itself. No module has to remember the order."""
 
     def find_spec(
@@ -32,27 +32,27 @@ class _BackendBeforeTriton(importlib.abc.MetaPathFinder):
         if fullname == "triton":
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
-            importlib.import_module("tunekit.backend")
+            importlib.import_module("tunekit.core.backend")
         return None
 
 
-if "triton" not in sys.modules and "tunekit.backend" not in sys.modules:
+if "triton" not in sys.modules and "tunekit.core.backend" not in sys.modules:
     sys.meta_path.insert(0, _BackendBeforeTriton())
 
 if TYPE_CHECKING:
     from tunekit import nn as nn
     from tunekit import ops as ops
-    from tunekit.patching import patch as patch
-    from tunekit.patching import unpatch as unpatch
-    from tunekit.recorder import record_problems as record_problems
+    from tunekit.runtime.patching import patch as patch
+    from tunekit.runtime.patching import unpatch as unpatch
+    from tunekit.runtime.recorder import record_problems as record_problems
 
 # Public names loaded on first access: name -> (module, attribute or None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ops": ("tunekit.ops", None),
     "nn": ("tunekit.nn", None),
-    "patch": ("tunekit.patching", "patch"),
-    "unpatch": ("tunekit.patching", "unpatch"),
-    "record_problems": ("tunekit.recorder", "record_problems"),
+    "patch": ("tunekit.runtime.patching", "patch"),
+    "unpatch": ("tunekit.runtime.patching", "unpatch"),
+    "record_problems": ("tunekit.runtime.recorder", "record_problems"),
 }
 
 __all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "unpatch"]

@@ -12,10 +12,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from tunekit import backend, ops
+from tunekit import ops
+from tunekit.core import backend
+from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
-from tunekit.spec import DTYPE_NAMES
 
 __all__ = ["LayerNorm", "Linear", "RMSNorm"]
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported (the modules
 # below import it).
-import tunekit.backend  # noqa: F401
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
+from tunekit.core.spec import KernelSpec, Tolerance
 from tunekit.kernels.gemm.host import launch, layout_of, tensors_aligned16
 from tunekit.kernels.gemm.model import MODEL
 from tunekit.kernels.gemm.problem import (
@@ -40,7 +41,6 @@ from tunekit.kernels.gemm.problem import (
     reference,
 )
 from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
-from tunekit.spec import KernelSpec, Tolerance
 
 SPEC = KernelSpec.of_module(
     __name__,

@@ -7,14 +7,14 @@ from __future__ import annotations
 import torch
 import triton
 
-from tunekit import backend
-from tunekit.device import fingerprint
+from tunekit.core import backend
+from tunekit.core.device import fingerprint
+from tunekit.core.space import Config
+from tunekit.core.spec import Inputs, Outputs
 from tunekit.kernels.common import INT32_LIMIT, VECTOR_BYTES, pow2_divisor
 from tunekit.kernels.gemm.grouped import _gemm_grouped_kernel, _gemm_persistent_kernel
 from tunekit.kernels.gemm.splitk import _gemm_splitk_kernel, _splitk_reduce_kernel
 from tunekit.kernels.gemm.tma import _gemm_tma_kernel
-from tunekit.space import Config
-from tunekit.spec import Inputs, Outputs
 
 INTERPRETER_PROGRAMS = 4  # persistent/tma program count where the device reports no SM count (the interpreter)
 REDUCE_BLOCK_M = 32

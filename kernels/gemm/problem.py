@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey
 from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, normal_sampler, torch_activation
 from tunekit.kernels.gemm.host import layout_of, tensors_aligned16
 from tunekit.search_spaces.gemm import SPACE, has_tma, is_aligned16
-from tunekit.space import Config, Problem
-from tunekit.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey
 
 if TYPE_CHECKING:
-    from tunekit.device import DeviceFingerprint
+    from tunekit.core.device import DeviceFingerprint
 
 
 def alloc_outputs(inputs: Inputs) -> Outputs:

@@ -24,14 +24,14 @@ os.environ.setdefault("TUNEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tunekit-issu
 
 import torch  # noqa: E402
 
-from tunekit import backend, registry  # noqa: E402
+from tunekit.core import backend, registry  # noqa: E402
 
 registry.KERNELS["faulty"] = "faulty_kernel"
 
-from tunekit.cache_key import CacheKey  # noqa: E402
-from tunekit.device import fingerprint  # noqa: E402
-from tunekit.store import Store  # noqa: E402
-from tunekit.tuner import TuneOptions, tune  # noqa: E402
+from tunekit.core.device import fingerprint  # noqa: E402
+from tunekit.store.key import CacheKey  # noqa: E402
+from tunekit.store.store import Store  # noqa: E402
+from tunekit.tuning.tuner import TuneOptions, tune  # noqa: E402
 
 CANDIDATE_TIMEOUT_S = float(os.environ.get("CANDIDATE_TIMEOUT_S", "20"))
 

@@ -14,7 +14,7 @@ interpreter (an infinite loop there never ends; a wild store there writes into t
 
 from __future__ import annotations
 
-import tunekit.backend  # noqa: F401  (first: selects the GPU or the interpreter before @triton.jit)
+import tunekit.core.backend  # noqa: F401  (first: selects the GPU or the interpreter before @triton.jit)
 
 # isort: split
 
@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from tunekit.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
-from tunekit.spec import KernelSpec, Tolerance
+from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
+from tunekit.core.spec import KernelSpec, Tolerance
 
 MODES = ("ok", "compile_error", "smem", "hang", "illegal")
 FAULTS = MODES[1:]

@@ -1,5 +1,5 @@
 """The staged GEMM variant and Hopper warp specialization on the H200: each implementation checked against fp32,
-then timed (tunekit.bench's timer: CUDA events, L2 flushed, median; wall-clock in the interpreter).
+then timed (tunekit.tuning.bench's timer: CUDA events, L2 flushed, median; wall-clock in the interpreter).
 
 Per bf16 shape (bias + GELU is the tanh form, which cuBLASLt fuses): tunekit.ops.matmul as dispatched; `staged`
 (copies of the unaligned operands included) with a few tiles where the sizes leave rows unaligned; the `tma`
@@ -14,7 +14,7 @@ last and writes $OUT/gemm_staged_probe.json when OUT is set.
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
-from tunekit import backend
+from tunekit.core import backend
 
 # isort: split
 
@@ -27,13 +27,13 @@ from typing import Any
 import torch
 import triton
 
-from tunekit.bench import default_timer
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher
+from tunekit.core.device import fingerprint
+from tunekit.core.spec import Inputs
+from tunekit.evaluation.suite import cublaslt_runner, gemm_program
 from tunekit.kernels import gemm as G
 from tunekit.ops import matmul
-from tunekit.spec import Inputs
-from tunekit.suite import cublaslt_runner, gemm_program
+from tunekit.runtime.dispatch import dispatcher
+from tunekit.tuning.bench import default_timer
 
 # (M, N, K, activation, bias)
 SHAPES = ((2053, 2053, 2053, "gelu_tanh", True), (3000, 3000, 3000, "gelu_tanh", True),

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 import tunekit.ops
-from tunekit.device import fingerprint
-from tunekit.dispatch import dispatcher
-from tunekit.registry import get_spec
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.runtime.dispatch import dispatcher
 
 spec = get_spec("layernorm")
 for p in spec.default_problems(fingerprint()):

@@ -3,7 +3,7 @@
 A row's fraction of copy for an implementation is the copy's time / the implementation's (the report's
 tunekit/copy), and tunekit's speedup over a baseline X is X's time / tunekit's = (tunekit's fraction of copy) /
 (X's fraction of copy). So "vs X >= T" over a group needs geomean(tunekit/copy) >= T * geomean(X/copy). For every
-target of tunekit.suite.TARGETS, over the same rows as the report's summary (tunekit.report's groups, rows timed
+target of tunekit.evaluation.suite.TARGETS, over the same rows as the report's summary (the report's groups, rows timed
 with CUDA events), this prints the measured geomean and the geomean tunekit would reach if it ran
   - exactly at the speed of the copy of the same bytes on every row ("at copy"),
   - at the best fraction of copy any implementation measured on that row (tunekit, its heuristic, torch,
@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tunekit.report import COPY, COPY_RATIO, EVENTS, HEURISTIC, TUNEKIT, Row, _groups, geomean, read_run
-from tunekit.suite import TARGETS, Target
+from tunekit.evaluation.report import COPY, COPY_RATIO, EVENTS, HEURISTIC, TUNEKIT, Row, _groups, geomean, read_run
+from tunekit.evaluation.suite import TARGETS, Target
 
 DEFAULT_RUN = Path(__file__).resolve().parents[2] / "cache" / "bench" / "h200-sm90-132sm" / "memory.json"
 IMPLS = (TUNEKIT, HEURISTIC, "torch", "torch.compile")

@@ -1,7 +1,7 @@
 """Why the row kernels miss their copy targets on the H200: each tuned config against the ceiling of its own tiling.
 
 For problems covering every memory-suite miss of cache/bench/h200-sm90-132sm/memory.json, with aligned controls,
-timed as the bench times them (tunekit.bench.CudaEventTimer: do_bench medians, L2 flushed; inputs from the kernel's
+timed as the bench times them (tuning.bench.CudaEventTimer: do_bench medians, L2 flushed; inputs from the kernel's
 make_inputs; tunekit's output checked against the reference before it is timed; every skeleton checked too):
   tunekit   the kernel with the config dispatch serves (the shipped database: the config the bench ran);
   skeleton  a row copy with that config's tiling and no arithmetic, y = x: the same program -> rows mapping,
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-import tunekit.backend  # noqa: F401  (first: without a GPU it selects Triton's interpreter)
+import tunekit.core.backend  # noqa: F401  (first: without a GPU it selects Triton's interpreter)
 
 # --ptx compiles for sm_90 on the CPU: every @triton.jit (here and in the kernel modules) must make a compilable
 # function, so the interpreter is switched off before any is decorated.
@@ -52,12 +52,11 @@ import torch
 import triton
 import triton.language as tl
 
-from tunekit import backend
-from tunekit.bench import Timer, default_timer
-from tunekit.dispatch import dispatcher
-from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
-from tunekit.registry import get_spec
-from tunekit.report import (
+from tunekit.core import backend
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import KernelSpec
+from tunekit.evaluation.report import (
     COPY,
     TUNEKIT,
     BenchRun,
@@ -67,11 +66,12 @@ from tunekit.report import (
     read_run,
     timing_method,
 )
+from tunekit.evaluation.suite import SEED, families
+from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.rows import single_block_n
-from tunekit.space import Config, Problem
-from tunekit.spec import KernelSpec
-from tunekit.suite import SEED, families
-from tunekit.verify import KNOWN_KERNEL_FAILURES
+from tunekit.tuning.bench import Timer, default_timer
+from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES
 
 BENCH = Path(__file__).resolve().parents[2] / "cache" / "bench" / "h200-sm90-132sm" / "memory.json"
 FLAT_CONFIGS = ((1024, 4), (4096, 8))  # (int32 words per program, warps): 2 and 4 16-byte vectors per thread

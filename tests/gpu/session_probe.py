@@ -20,7 +20,7 @@ import triton.language as tl
 from triton.testing import do_bench
 
 import tunekit.ops as ops
-from tunekit.registry import get_spec, kernel_names
+from tunekit.core.registry import get_spec, kernel_names
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def op_ratios() -> None:
             t_tk, t_ref = do_bench(tk, return_mode="median"), do_bench(ref, return_mode="median")
             rows.append({"op": name, "tunekit_ms": t_tk, "torch_ms": t_ref, "ratio": t_ref / t_tk})
             print(f"op {name:32s} tunekit {t_tk * 1e3:8.1f} us  torch {t_ref * 1e3:8.1f} us  {t_ref / t_tk:5.2f}x")
-    from tunekit.dispatch import _DISPATCHERS
+    from tunekit.runtime.dispatch import _DISPATCHERS
 
     served = {k: dict(d.counters) for k, d in _DISPATCHERS.items() if d.counters}
     print("served by", served)
@@ -173,7 +173,7 @@ def op_ratios() -> None:
 
 
 def models() -> None:
-    from tunekit.model_bench import Workload, measure, table
+    from tunekit.evaluation.model_bench import Workload, measure, table
 
     results = []
     compiled = ("compile", "tunekit+compile") if "--compile" in sys.argv else ()

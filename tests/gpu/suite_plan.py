@@ -1,4 +1,4 @@
-"""Write the benchmark suite's problems (tunekit/suite.py, full scope) as plan files for `tunekit tune --plan`.
+"""Write the benchmark suite's problems (tunekit.evaluation.suite, full scope) as plan files for `tunekit tune --plan`.
 
 Four files in DIR, in the order they are worth tuning when time is short: memory_large (bandwidth-bound rows),
 gemm_main (no epilogue, bias+GELU), gemm_rest (bias+ReLU, bias+GELU+residual), memory_small (launch-bound rows,
@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from tunekit.registry import get_spec
-from tunekit.report import SMALL_PROBLEM_BYTES
-from tunekit.suite import GEMM_GROUPS, GEMM_LARGE, SUITES, families
+from tunekit.core.registry import get_spec
+from tunekit.evaluation.report import SMALL_PROBLEM_BYTES
+from tunekit.evaluation.suite import GEMM_GROUPS, GEMM_LARGE, SUITES, families
 
 
 def main(out: Path) -> None:

@@ -16,10 +16,10 @@ import os
 import sys
 import time
 
-from tunekit.device import fingerprint
-from tunekit.registry import get_spec
-from tunekit.timing_table import load_all
-from tunekit.tuner import TuneOptions, tune
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.evaluation.timing_table import load_all
+from tunekit.tuning.tuner import TuneOptions, tune
 
 trials = int(sys.argv[1]) if len(sys.argv) > 1 else 15
 device = fingerprint()

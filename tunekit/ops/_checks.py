@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from tunekit import backend
-from tunekit.errors import InvalidInputError
-from tunekit.spec import DTYPE_NAMES
+from tunekit.core import backend
+from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import DTYPE_NAMES
 
 _DEVICE_TYPE = backend.torch_device().type
 

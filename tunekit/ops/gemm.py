@@ -22,11 +22,11 @@ from typing import Any, Optional
 
 import torch
 
-from tunekit.dispatch import TORCH, dispatcher
-from tunekit.errors import InvalidInputError, TunekitError
+from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.runtime.dispatch import TORCH, dispatcher
 
 __all__ = ["linear", "matmul"]
 

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tunekit.dispatch import TORCH, Dispatcher, dispatcher
-from tunekit.errors import InvalidInputError
+from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import ProblemKey
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.spec import ProblemKey
+from tunekit.runtime.dispatch import TORCH, Dispatcher, dispatcher
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)

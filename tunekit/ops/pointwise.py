@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from tunekit import backend
-from tunekit.dispatch import TORCH, dispatcher
-from tunekit.errors import InvalidInputError
+from tunekit.core import backend
+from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)

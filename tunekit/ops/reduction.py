@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from tunekit.dispatch import TORCH, dispatcher
-from tunekit.errors import InvalidInputError
+from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import DTYPE_NAMES
 from tunekit.ops._checks import check_device, use_custom_op
-from tunekit.spec import DTYPE_NAMES
+from tunekit.runtime.dispatch import TORCH, dispatcher
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 

@@ -1,0 +1,223 @@
+"""What `tunekit tune`, `show` and `devices` print: compact text that reads at 80 columns, and the same as JSON.
+
+Forms used everywhere: a problem is `name=value` pairs joined by spaces in the spec's field order, a config its
+parameters likewise (so a narrow terminal wraps between pairs, never inside one, and nothing is cut). Text that
+came from storage (device names, provenance, configs of imported entries) is made printable before it is shown:
+control characters become escapes, and the CLI prints it with rich markup off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from tunekit.core.render import plain as printable
+from tunekit.core.space import Config, Problem
+
+if TYPE_CHECKING:
+    from tunekit.core.device import DeviceFingerprint
+    from tunekit.core.spec import KernelSpec
+    from tunekit.store.entry import Entry
+    from tunekit.store.store import Store
+    from tunekit.tuning.tuner import TuneReport
+
+INTERPRETER_NOTE = (
+    "note: kernels run in Triton's interpreter on the CPU. Its timings only show that the kernels run and give "
+    "correct results; they mean nothing for a GPU, so no speedups are shown. Tune on the GPU you serve from."
+)
+
+
+def problem_text(spec: KernelSpec, problem: Problem) -> str:
+    fields = [f for f in spec.problem_fields if f in problem] + sorted(set(problem) - set(spec.problem_fields))
+    return " ".join(f"{f}={printable(problem[f])}" for f in fields)
+
+
+def config_text(spec: KernelSpec, config: Config) -> str:
+    names = [n for n in spec.space.names if n in config] + sorted(set(config) - set(spec.space.names))
+    return " ".join(f"{n}={printable(config[n])}" for n in names)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """One finished problem of `tunekit tune`."""
+
+    spec: KernelSpec
+    problem: Problem
+    report: TuneReport
+    entry: Entry  # as stored (merged with what was there)
+    heuristic_ms: float | None
+    interpreter: bool
+
+    @property
+    def skipped(self) -> bool:
+        return self.report.skipped
+
+    def counts(self) -> str:
+        r = self.report
+        stored = len(self.entry.trials)
+        if self.skipped:
+            return f"already tuned: {stored} trials stored, nothing measured (--force or a larger --trials adds more)"
+        if r.shared_from is not None:
+            return f"shares the entry of {r.shared_from} (same quantization), nothing measured"
+        return f"{r.benchmarked} measured, {r.reused} reused, {stored} stored ({r.stop_reason})"
+
+    def timing(self) -> str:
+        """Tuned time against the heuristic's; nothing in the interpreter, whose timings mean nothing."""
+        if self.interpreter:
+            return ""
+        text = f"{self.entry.time_ms:.4f} ms"
+        if self.heuristic_ms:
+            speedup = self.heuristic_ms / self.entry.time_ms if self.entry.time_ms > 0 else float("inf")
+            text += f", heuristic {self.heuristic_ms:.4f} ms ({speedup:.2f}x)"
+        return text
+
+    def line(self) -> str:
+        """The whole result on one line (logs, pipes)."""
+        timing = self.timing()
+        parts = [f"{self.spec.name} {problem_text(self.spec, self.problem)}:"]
+        if timing:
+            parts.append(f"{timing};")
+        parts.append(f"{self.counts()};")
+        parts.append(f"config {config_text(self.spec, self.entry.config)}")
+        return " ".join(parts)
+
+    def block(self) -> list[str]:
+        """The result as a terminal block: the problem on its own line, then indented details."""
+        timing = self.timing()
+        details = f"{timing}; {self.counts()}" if timing else self.counts()
+        return [
+            f"{self.spec.name} {problem_text(self.spec, self.problem)}",
+            f"  {details}",
+            f"  config {config_text(self.spec, self.entry.config)}",
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {
+            "kernel": self.spec.name,
+            "problem": dict(self.problem),
+            "problem_text": problem_text(self.spec, self.problem),
+            "status": "already tuned" if self.skipped else ("shared" if r.shared_from is not None else "tuned"),
+            "config": dict(self.entry.config),
+            "time_ms": self.entry.time_ms,
+            "heuristic_ms": self.heuristic_ms,
+            "timer": self.entry.provenance.get("timer"),
+            "measured": r.benchmarked,
+            "reused": r.reused,
+            "stored_before": r.stored_trials,
+            "stored_trials": len(self.entry.trials),
+            "stop_reason": r.stop_reason,
+            "shared_from": r.shared_from,
+        }
+
+
+def device_json(fp: DeviceFingerprint) -> dict[str, Any]:
+    return {"label": fp.label, "key": fp.key, "interpreter": fp.is_interpreter, **fp.to_json()}
+
+
+@dataclass(frozen=True)
+class ShownEntry:
+    """One entry of `tunekit show`: from the user's cache or a shipped database, and what serves it here."""
+
+    source: str  # "cache" or "shipped"
+    spec: KernelSpec
+    entry: Entry
+    why_not: str  # "" when this entry itself can serve this device, else why not (runtime.dispatch.why_not_served)
+    served_by: str  # the dispatch layer that serves this entry's problem on this device
+
+    def device_text(self) -> str:
+        name = printable(self.entry.device.get("name", "?"))
+        return f"{name} ({printable(self.entry.key.device_key)[:8]})"
+
+    @property
+    def servable(self) -> bool:
+        return not self.why_not
+
+    def _stale(self) -> str:
+        """Said of an entry that no longer serves (its kernel or Triton changed since); not of other devices'."""
+        return f" ({printable(self.why_not)})" if self.why_not.startswith("stale") else ""
+
+    def block(self) -> list[str]:
+        e = self.entry
+        return [
+            f"{e.key.kernel} {problem_text(self.spec, dict(e.key.problem))}",
+            f"  {self.source} · {self.device_text()} · {e.time_ms:.4f} ms · {len(e.trials)} trials · "
+            f"served here by {self.served_by}" + self._stale(),
+            f"  config {config_text(self.spec, e.config)}",
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "source": self.source,
+            "kernel": e.key.kernel,
+            "problem": dict(e.key.problem),
+            "problem_text": problem_text(self.spec, dict(e.key.problem)),
+            "device_name": e.device.get("name"),
+            "device_key": e.key.device_key,
+            "source_hash": e.key.source_hash,
+            "time_ms": e.time_ms,
+            "timer": e.provenance.get("timer"),
+            "config": dict(e.config),
+            "trials": len(e.trials),
+            "servable_here": self.servable,
+            "why_not_served": self.why_not,
+            "served_here_by": self.served_by,
+            "provenance": e.provenance,
+        }
+
+
+@dataclass(frozen=True)
+class Listing:
+    entries: list[ShownEntry]
+    unknown: int  # entries of kernels this tunekit does not register (not listed)
+
+
+class _Snapshot:
+    """The store read once, for resolving many problems (dispatch.resolve reads `get` and `entries`)."""
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self._entries = entries
+        self._by_key = {e.key: e for e in entries}
+
+    def get(self, key: Any) -> Entry | None:
+        return self._by_key.get(key)
+
+    def entries(self) -> Iterator[Entry]:
+        return iter(self._entries)
+
+
+def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, shipped: bool) -> Listing:
+    """The cache's entries, then (with `shipped`) the shipped databases', each with the dispatch layer that serves
+    its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
+    from tunekit.core.errors import UnknownKernelError
+    from tunekit.core.registry import get_spec
+    from tunekit.runtime.dispatch import resolve, why_not_served
+    from tunekit.store.database import shipped_entries
+
+    local = sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest))
+    snapshot = cast("Store", _Snapshot(local))
+    sources = [("cache", local)]
+    if shipped:
+        sources.append(
+            ("shipped", sorted(shipped_entries().values(), key=lambda e: (e.key.kernel, str(e.key.problem))))
+        )
+    listed: list[ShownEntry] = []
+    unknown = 0
+    served: dict[tuple[str, Any], str] = {}
+    for source, entries in sources:
+        for e in entries:
+            if kernel is not None and e.key.kernel != kernel:
+                continue
+            try:
+                spec = get_spec(e.key.kernel)
+            except UnknownKernelError:
+                unknown += 1
+                continue
+            problem = dict(e.key.problem)
+            layer = served.get((e.key.kernel, e.key.problem))
+            if layer is None:
+                layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
+            listed.append(ShownEntry(source, spec, e, why_not_served(e, device), layer))
+    return Listing(listed, unknown)

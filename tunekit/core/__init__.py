@@ -1,0 +1,1 @@
+"""Declarations every part reads: kernel specs and spaces, devices, the registry, errors, settings, identity."""

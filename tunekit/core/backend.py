@@ -1,0 +1,39 @@
+"""Where kernels run: a CUDA GPU, or Triton's interpreter on the CPU when there is none.
+
+Imported before any kernel module, because `triton.jit` picks the interpreter at decoration time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from tunekit.core import settings
+
+logger = logging.getLogger("tunekit")
+
+_INTERPRETER_NOTICE = (
+    "tunekit: no CUDA GPU found; kernels run in Triton's interpreter on the CPU "
+    "(correct results, CPU speed). Timings are interpreter wall-clock and cached under their own device."
+)
+
+
+def _select() -> bool:
+    """Return True when kernels run in the interpreter; set TRITON_INTERPRET=1 if we chose it."""
+    if settings.interpret_requested():
+        return True
+    if torch.cuda.is_available():
+        return False
+    os.environ["TRITON_INTERPRET"] = "1"
+    logger.warning(_INTERPRETER_NOTICE)
+    return True
+
+
+INTERPRETED: bool = _select()
+
+
+def torch_device() -> torch.device:
+    """The device tensors must live on for tunekit's kernels."""
+    return torch.device("cpu") if INTERPRETED else torch.device("cuda", torch.cuda.current_device())

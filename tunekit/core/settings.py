@@ -1,0 +1,108 @@
+"""Every environment variable tunekit reads, in one place, validated on read.
+
+| variable                | meaning                                                        | default                 |
+| ----------------------- | -------------------------------------------------------------- | ----------------------- |
+| TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
+| TUNEKIT_CACHE_MAX_MB    | cap on the store's size, MB (10**6 bytes): the least recently  | unset (unbounded)       |
+|                         | stored entries are evicted past it, with a warning             |                         |
+| TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
+| TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
+| TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
+| TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
+| TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
+| TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
+| TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tunekit.core.errors import TunekitError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise TunekitError(f"{name} must be one of 0/1/true/false, but got {raw!r}")
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise TunekitError(f"{name} must be a positive integer, but got {raw!r}")
+    return value
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("TUNEKIT_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "tunekit"
+
+
+def cache_max_bytes() -> int | None:
+    """The store's size cap in bytes (TUNEKIT_CACHE_MAX_MB), or None: unbounded, nothing is ever evicted."""
+    raw = os.environ.get("TUNEKIT_CACHE_MAX_MB", "").strip()
+    return _positive_int("TUNEKIT_CACHE_MAX_MB", 1) * 10**6 if raw else None
+
+
+def strict() -> bool:
+    return _flag("TUNEKIT_STRICT")
+
+
+def tune_on_miss() -> bool:
+    return _flag("TUNEKIT_TUNE_ON_MISS")
+
+
+def tune_on_miss_trials() -> int:
+    return _positive_int("TUNEKIT_TUNE_ON_MISS_TRIALS", 20)
+
+
+def untuned() -> str:
+    raw = os.environ.get("TUNEKIT_UNTUNED", "torch").strip().lower() or "torch"
+    if raw not in ("torch", "triton"):
+        raise TunekitError(f"TUNEKIT_UNTUNED must be 'torch' or 'triton', but got {raw!r}")
+    return raw
+
+
+def debug() -> bool:
+    try:
+        return _flag("TUNEKIT_DEBUG")
+    except TunekitError:
+        return False
+
+
+def extra_kernels() -> dict[str, str]:
+    """Kernels registered from the environment: `name=module,...` (each module defines SPEC). Read once, at import
+    of tunekit.core.registry, so fleet workers and isolated benchmark processes find kernels outside the package."""
+    raw = os.environ.get("TUNEKIT_EXTRA_KERNELS", "").strip()
+    found: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, module = (s.strip() for s in item.partition("="))
+        if not sep or not name or not module:
+            raise TunekitError(
+                f"TUNEKIT_EXTRA_KERNELS must be name=module pairs joined by ',' (e.g. mykernel=mypkg.mykernel), "
+                f"but got {item!r}"
+            )
+        found[name] = module
+    return found
+
+
+def interpret_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE

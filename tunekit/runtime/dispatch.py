@@ -1,0 +1,225 @@
+"""The dispatch chain: memo -> user cache -> shipped databases -> (untuned) torch's own op, or in the
+interpreter the nearest tuned problem -> heuristic default.
+
+The memo is a plain dict from the op's problem key to a ready config; after the first call for a key, the op
+pays one dict lookup. Everything else here runs once per key per process.
+
+Never slower than torch: a problem with no entry of its own is served by torch's own implementation on a GPU
+(the op sees the TORCH config and calls torch), because nothing measured says a Triton config beats torch there:
+the nearest entry was measured on another problem and the heuristic on none (measured on the H200: untuned GEMMs
+at 0.25-0.76x torch forward, 0.11-0.61x forward+backward; untuned norm forward+backward at 0.21-0.46x).
+`TUNEKIT_UNTUNED=triton` serves the nearest entry or the heuristic instead. The interpreter keeps the Triton
+kernels: its timings mean nothing and the kernels are what runs there to be tested.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from tunekit.core import settings
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.errors import CacheError, CacheMissError
+from tunekit.core.identity import explain_change
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import KernelSpec, ProblemKey
+from tunekit.runtime import recorder
+from tunekit.store import database
+from tunekit.store.database import shipped_entries
+from tunekit.store.entry import Entry
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+logger = logging.getLogger("tunekit")
+
+LAYERS = ("cache", "shipped", "torch", "nearest", "heuristic", "tuned")
+TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
+TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
+UNTUNED = ("torch", "nearest", "heuristic")  # layers that serve a problem with no entry of its own
+
+
+@dataclass(frozen=True)
+class Resolution:
+    layer: str
+    config: Config
+    entry: Entry | None = None
+
+
+def _problem_distance(a: Problem, b: Problem) -> float:
+    """inf unless every non-numeric field matches; else the summed log2 distance of the numeric fields."""
+    total = 0.0
+    for name, va in a.items():
+        vb = b[name]
+        if isinstance(va, (bool, str)) or isinstance(vb, (bool, str)):
+            if va != vb:
+                return math.inf
+        else:
+            total += abs(math.log2(max(int(va), 1)) - math.log2(max(int(vb), 1)))
+    return total
+
+
+def nearest_entry(
+    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, candidates: Iterable[Entry]
+) -> Entry | None:
+    """The closest tuned problem of the same kernel, source and device whose config is valid here."""
+    scope = (spec.name, spec.source_hash, device.key)
+    ranked = sorted(
+        (
+            (_problem_distance(problem, dict(e.key.problem)), e.key.digest, e)
+            for e in candidates
+            if e.key.scope == scope
+        ),
+        key=lambda t: (t[0], t[1]),  # digest breaks ties: every rank resolves the same way
+    )
+    for distance, _, entry in ranked:
+        if math.isfinite(distance) and spec.space.is_valid(entry.config, problem, device):
+            return entry
+    return None
+
+
+def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
+    """ "" when `entry` can serve on `device` today; otherwise why not (stale identity, Triton, another device)."""
+    if entry.key.device_key != device.key:
+        try:
+            stored = DeviceFingerprint.from_json(dict(entry.device))
+        except (KeyError, TypeError):
+            return "another device"
+        if replace(stored, triton_version=device.triton_version).key == device.key:
+            return f"stale: measured with Triton {stored.triton_version} (now {device.triton_version})"
+        return "another device"
+    current = get_spec(entry.key.kernel).source_hash
+    if entry.key.source_hash != current:
+        return f"stale: {explain_change(entry.key.source_hash, current)}"
+    return ""
+
+
+def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
+    """Which layer serves this problem, without the memo. Deterministic for a given store and shipped set."""
+    key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    if store is not None:
+        entry = store.get(key)
+        if entry is not None and spec.space.is_valid(entry.config, problem, device):
+            return Resolution("cache", entry.config, entry)
+    shipped = shipped_entries()
+    entry = shipped.get(key)
+    if entry is not None and spec.space.is_valid(entry.config, problem, device):
+        return Resolution("shipped", entry.config, entry)
+    if spec.name in TORCH_FALLBACK and not device.is_interpreter and settings.untuned() == "torch":
+        return Resolution("torch", TORCH)
+    local = list(store.entries()) if store is not None else []
+    entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
+    if entry is not None:
+        return Resolution("nearest", entry.config, entry)
+    return Resolution("heuristic", spec.heuristic(problem, device))
+
+
+def _open_store() -> Store | None:
+    try:
+        return Store()
+    except CacheError as exc:
+        logger.warning("tunekit: cache store unavailable, using shipped databases and defaults: %s", exc)
+        return None
+
+
+class Dispatcher:
+    """Per-kernel memo and resolution. `config(key)` is the only call an op makes."""
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        self.memo: dict[ProblemKey, Config] = {}
+        self.served_by: dict[ProblemKey, str] = {}
+        self.counters: Counter[str] = Counter()  # resolutions by layer (memo misses)
+        self.memo_hits = 0
+        self._spec: KernelSpec | None = None
+
+    @property
+    def spec(self) -> KernelSpec:
+        if self._spec is None:
+            self._spec = get_spec(self.kernel)
+        return self._spec
+
+    def config(self, key: ProblemKey) -> Config:
+        config = self.memo.get(key)
+        if config is not None:
+            self.memo_hits += 1
+            return config
+        return self._miss(key)
+
+    def _miss(self, key: ProblemKey) -> Config:
+        spec = self.spec
+        problem = spec.problem_dict(key)
+        if recorder.ACTIVE:
+            recorder.note(spec.name, problem)
+        device = fingerprint()
+        store = _open_store()
+        try:
+            resolution = resolve(spec, problem, device, store)
+            if resolution.layer in UNTUNED and settings.tune_on_miss():
+                resolution = self._tune(spec, problem, device, store)
+        finally:
+            if store is not None:
+                store.close()
+        if resolution.layer in UNTUNED and settings.strict():
+            raise CacheMissError(
+                f"strict mode: no tuned {spec.name} config for {spec.describe_problem(problem)} on {device.label}; "
+                f"run `tunekit tune --kernel {spec.name}` for this shape or import a database"
+            )
+        logger.debug("tunekit: %s %s served by %s: %s", spec.name, key, resolution.layer, dict(resolution.config))
+        self.counters[resolution.layer] += 1
+        self.served_by[key] = resolution.layer
+        self.memo[key] = resolution.config
+        return resolution.config
+
+    def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
+        from tunekit.tuning.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
+
+        def keep(entry: Entry) -> Entry:
+            """Store what was tuned; a store that cannot be written (read-only, full) costs the cache, not the call."""
+            if store is None:
+                return entry
+            try:
+                return store.put(entry)
+            except CacheError as exc:
+                logger.warning("tunekit: tuned %s but could not store it: %s", spec.name, exc)
+                return entry
+
+        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=keep)
+        entry = keep(report.entry)
+        return Resolution("tuned", entry.config, entry)
+
+    def clear(self) -> None:
+        self.memo.clear()
+        self.served_by.clear()
+        self.counters.clear()
+        self.memo_hits = 0
+
+
+_DISPATCHERS: dict[str, Dispatcher] = {}
+
+
+def dispatcher(kernel: str, torch_fallback: bool = False) -> Dispatcher:
+    """The kernel's dispatcher. An op passing torch_fallback=True runs torch's own op when served TORCH."""
+    if torch_fallback:
+        TORCH_FALLBACK.add(kernel)
+    d = _DISPATCHERS.get(kernel)
+    if d is None:
+        d = _DISPATCHERS[kernel] = Dispatcher(kernel)
+    return d
+
+
+def forget_memos() -> None:
+    """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
+    for d in _DISPATCHERS.values():
+        d.memo.clear()
+
+
+def reset_all() -> None:
+    """Forget every memoised resolution (tests, or after importing a database into a running process)."""
+    for d in _DISPATCHERS.values():
+        d.clear()
+    database.shipped_entries.cache_clear()

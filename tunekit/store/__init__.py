@@ -1,0 +1,1 @@
+"""The persistent cache: keys, entries, the sqlite store, tuning databases (export/import/merge), forgetting."""

@@ -1,0 +1,489 @@
+"""Tuning databases: a versioned JSON document of entries. Export, validated import and merge, shipped DBs.
+
+An imported document is checked as strictly as serving checks a config, before anything is written:
+- its size is capped (MAX_DOCUMENT_BYTES) and it is read with bounded memory: the text, then one entry at a time;
+- a key twice in one JSON object, or one cache key twice in the entries, is an error;
+- every config is in its kernel's space, and the best config and every config measured "ok" pass the space's rules
+  for the entry's problem on the entry's device (the device object must be the one its key names);
+- no time is below the physical floor of its problem (`time_floor_ms`);
+- the local best is kept unless the imported entry was measured faster by the same timer (`provenance.timer`).
+Export writes atomically (tunekit.store.atomic): a full disk leaves the old file whole, and a symbolic link at the
+destination is refused, never followed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import itertools
+import json
+import logging
+import math
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.errors import DatabaseError, TunekitError
+from tunekit.core.registry import get_spec, kernel_names
+from tunekit.core.render import brief
+from tunekit.core.spec import KernelSpec
+from tunekit.store.atomic import write_atomically
+from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.key import SCHEMA_VERSION, CacheKey
+from tunekit.store.store import Store
+
+logger = logging.getLogger("tunekit")
+
+FORMAT = "tunekit-db"
+_MAX_TIME_MS = 1e7  # a measured time above ~3 hours is not a measurement
+# The shipped H200 database of 344 entries is 0.8 MB: 64 MiB is room for ~25,000 entries, and parsing it stays
+# well under a GiB. A larger file is refused before it is read.
+MAX_DOCUMENT_BYTES = 64 << 20
+_READ_CHUNK_BYTES = 1 << 20
+# Physical floors of a measured time. No kernel launch completes, as a timer sees it, in under a microsecond (the
+# fastest time in the shipped H200 database, measured with CUDA events, is 5.3 µs). And no device moves memory
+# faster than 20 TB/s: 2.5x the fastest HBM shipping today (8 TB/s); what the fingerprint holds does not give a
+# part's bandwidth, so the bound is the same for every device, generous enough never to refuse a real measurement.
+LAUNCH_FLOOR_MS = 1e-3
+FASTEST_MEMORY_BYTES_PER_S = 20e12
+
+
+def document(entries: Iterable[Entry]) -> dict[str, Any]:
+    ordered = sorted(entries, key=lambda e: (e.key.kernel, e.key.device_key, e.key.digest))
+    return {"format": FORMAT, "schema": SCHEMA_VERSION, "entries": [e.to_json() for e in ordered]}
+
+
+def export_entries(store: Store, kernel: str | None = None, device_key: str | None = None) -> list[Entry]:
+    if kernel is not None:
+        get_spec(kernel)  # unknown names fail with the list of valid ones
+    return [
+        e
+        for e in store.entries()
+        if (kernel is None or e.key.kernel == kernel) and (device_key is None or e.key.device_key == device_key)
+    ]
+
+
+def write_document(path: Path, entries: Iterable[Entry]) -> int:
+    """Write a database to `path` atomically (tunekit.store.atomic): on any failure, a full disk included, the previous
+    file is left as it was; a symbolic link at `path` is refused, never followed."""
+    doc = document(entries)
+    chunks = json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc)
+    write_atomically(Path(path), itertools.chain(chunks, ["\n"]), DatabaseError)
+    return len(doc["entries"])
+
+
+def _require(cond: bool, where: str, rule: str) -> None:
+    if not cond:
+        raise DatabaseError(f"{where}: {rule}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate_time(value: Any, where: str, floor_ms: float) -> None:
+    _require(
+        _is_number(value) and 0 < value < _MAX_TIME_MS,
+        where,
+        f"time_ms must be a number in (0, {_MAX_TIME_MS:g}), but got {brief(value)}",
+    )
+    _require(
+        value >= floor_ms,
+        where,
+        f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem (a launch takes 1 us; its "
+        f"bytes at {FASTEST_MEMORY_BYTES_PER_S / 1e12:g} TB/s), but got {brief(value)}",
+    )
+
+
+def time_floor_ms(spec: KernelSpec, problem: dict[str, Any]) -> float:
+    """The least time a measurement of `problem` can take: the launch floor, or its minimum bytes at the fastest
+    memory any device has (FASTEST_MEMORY_BYTES_PER_S), whichever is longer."""
+    try:
+        nbytes = max(0, int(spec.bytes_moved(problem)))
+    except (ArithmeticError, LookupError, TypeError, ValueError):
+        nbytes = 0  # a problem the spec cannot size: the launch floor alone
+    return max(LAUNCH_FLOOR_MS, nbytes / FASTEST_MEMORY_BYTES_PER_S * 1e3)
+
+
+def _is_json_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, bool)) or _is_number(value)
+
+
+def _validate_flat(obj: dict[str, Any], where: str, name: str) -> None:
+    """device and provenance are flat records of JSON scalars (shown by `tunekit show`, never interpreted)."""
+    for field_name, value in obj.items():
+        _require(
+            _is_json_scalar(value) and not (isinstance(value, str) and len(value) > 1000),
+            where,
+            f"{name} values must be strings, numbers, bools or null, but {name}.{field_name} is {brief(value)}",
+        )
+    if name == "device":
+        _require(
+            isinstance(obj.get("name", ""), str), where, f"device.name must be a string, got {brief(obj.get('name'))}"
+        )
+
+
+_PROBLEM_TYPES: dict[str, dict[str, type]] = {}
+
+
+def _problem_types(spec: KernelSpec) -> dict[str, type]:
+    """The type of each problem field, as the spec's own default problems use it (where they all agree)."""
+    types = _PROBLEM_TYPES.get(spec.name)
+    if types is None:
+        seen: dict[str, set[type]] = {}
+        for problem in spec.default_problems(fingerprint()):
+            for name, value in problem.items():
+                seen.setdefault(name, set()).add(type(value))
+        types = _PROBLEM_TYPES[spec.name] = {n: next(iter(t)) for n, t in seen.items() if len(t) == 1}
+    return types
+
+
+_TYPE_NAMES = {int: "an int", str: "a string", bool: "a bool"}
+
+
+_DEVICE_FIELD_TYPES: dict[str, type] = {
+    name: int if field.type in (int, "int") else str for name, field in DeviceFingerprint.__dataclass_fields__.items()
+}
+
+
+def _device(data: dict[str, Any], device_key: str, where: str) -> DeviceFingerprint:
+    """The fingerprint an entry's device object describes; it must be the device its key names."""
+    for name, want in _DEVICE_FIELD_TYPES.items():
+        value = data.get(name)
+        _require(
+            type(value) is str if want is str else type(value) is int and 0 <= value < 2**53,
+            where,
+            f"device.{name} must be {_TYPE_NAMES[want]}, but got {brief(value)}",
+        )
+    device = DeviceFingerprint(**{name: data[name] for name in _DEVICE_FIELD_TYPES})
+    _require(
+        device.key == device_key,
+        where,
+        f"the device object is not the device key.device_key names (it hashes to {device.key}, not {device_key})",
+    )
+    return device
+
+
+def _check_rules(
+    spec: KernelSpec, config: dict[str, Any], problem: dict[str, Any], device: DeviceFingerprint, where: str
+) -> None:
+    """A config passes the space's rules for its problem on its device, as serving requires."""
+    try:
+        broken = [rule for rule in spec.space.rules if not rule.check(config, problem, device)]
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        raise DatabaseError(
+            f"{where}: config cannot be checked against the {spec.name} space's rules for "
+            f"{spec.describe_problem(problem)} ({type(exc).__name__}: {exc})"
+        ) from None
+    if broken:
+        rules = ", ".join(f"{rule.name!r}" + (f" ({rule.why})" if rule.why else "") for rule in broken)
+        raise DatabaseError(
+            f"{where}: config {brief(config)} breaks the {spec.name} space's rule {rules} "
+            f"for {spec.describe_problem(problem)} on {device.name}"
+        )
+
+
+def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry:
+    """Check one entry completely before anything is written: structure, kernel, device, space membership and
+    rules, physical floors of its times. Errors start with `where` (default: "entry INDEX")."""
+    where = where or f"entry {index}"
+    _require(isinstance(data, dict), where, f"must be an object, but got {type(data).__name__}")
+    for name in ("key", "best", "device", "provenance"):
+        _require(isinstance(data.get(name), dict), where, f"field {name!r} must be an object")
+    key = data["key"]
+    schema = key.get("schema")
+    _require(
+        type(schema) is int and schema == SCHEMA_VERSION,
+        where,
+        f"key schema must be {SCHEMA_VERSION}, got {brief(schema)}",
+    )
+    kernel = key.get("kernel")
+    _require(
+        isinstance(kernel, str) and kernel in kernel_names(),
+        where,
+        f"unknown kernel {brief(kernel)}. Available: {kernel_names()}",
+    )
+    assert isinstance(kernel, str)
+    for name in ("source_hash", "device_key"):
+        _require(
+            isinstance(key.get(name), str) and 0 < len(key[name]) <= 64, where, f"key.{name} must be a short string"
+        )
+    spec = get_spec(kernel)
+    problem = key.get("problem")
+    _require(
+        isinstance(problem, dict) and sorted(problem) == sorted(spec.problem_fields),
+        where,
+        f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
+    )
+    types = _problem_types(spec)
+    for field_name, value in problem.items():
+        _require(
+            isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
+            where,
+            f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {brief(value)}",
+        )
+        want = types.get(field_name)
+        _require(
+            want is None or type(value) is want,
+            where,
+            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {brief(value)}",
+        )
+    _validate_flat(data["device"], where, "device")
+    _validate_flat(data["provenance"], where, "provenance")
+    device = _device(data["device"], key["device_key"], where)
+    try:
+        config = spec.space.check_membership(data["best"].get("config"))
+    except TunekitError as exc:
+        raise DatabaseError(f"{where}: best.config outside the {kernel} space: {exc}") from None
+    _check_rules(spec, config, problem, device, where + ".best")
+    floor_ms = time_floor_ms(spec, problem)
+    _validate_time(data["best"].get("time_ms"), where + ".best", floor_ms)
+    trials = data.get("trials", [])
+    _require(isinstance(trials, list), where, "trials must be a list")
+    for j, trial in enumerate(trials):
+        twhere = f"{where}.trials[{j}]"
+        _require(
+            isinstance(trial, dict) and trial.get("status") in TRIAL_STATUSES,
+            twhere,
+            f"status must be one of {list(TRIAL_STATUSES)}",
+        )
+        try:
+            trial_config = spec.space.check_membership(trial.get("config"))
+        except TunekitError as exc:
+            raise DatabaseError(f"{twhere}: config outside the {kernel} space: {exc}") from None
+        if trial["status"] == "ok":  # a measured config: it ran, so it passes the rules; wrong or failed may not
+            _check_rules(spec, trial_config, problem, device, twhere)
+            _validate_time(trial.get("time_ms"), twhere, floor_ms)
+        else:
+            t = trial.get("time_ms")
+            _require(t is None or _is_number(t), twhere, f"time_ms must be a number or null, but got {brief(t)}")
+        error = trial.get("error")
+        _require(
+            error is None or isinstance(error, str), twhere, f"error must be a string or null, but got {brief(error)}"
+        )
+    try:
+        return Entry.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatabaseError(f"{where}: malformed ({exc})") from None
+
+
+# --- reading: bounded, one entry at a time --------------------------------------------------------------------------
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ValueError(f"duplicate key {brief(name)} in one object")
+        obj[name] = value
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (times and values must be finite numbers)")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _read_capped(path: Path) -> str:
+    """The file's text, refused past MAX_DOCUMENT_BYTES without reading more than that (pipes and devices too)."""
+    mib, rest = divmod(MAX_DOCUMENT_BYTES, 1 << 20)
+    cap = f"{mib} MiB" if mib and not rest else f"{MAX_DOCUMENT_BYTES} bytes"
+    too_big = f"{path} is larger than {cap}, the most a tuning database may hold (split it by --kernel or --device)"
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_DOCUMENT_BYTES:
+                raise DatabaseError(too_big)
+            chunks, size = [], 0
+            while size <= MAX_DOCUMENT_BYTES:  # in chunks: read(cap) would allocate the whole cap at once
+                chunk = f.read(min(_READ_CHUNK_BYTES, MAX_DOCUMENT_BYTES + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            raw = b"".join(chunks)
+            del chunks
+    except OSError as exc:
+        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise DatabaseError(too_big)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatabaseError(f"cannot read {path}: not UTF-8 text ({exc})") from None
+
+
+class _Document:
+    """A parsed document's header (format, schema) and where each entry's text lies: entries are decoded one at a
+    time, so memory holds the text and one entry, not the whole tree (a JSON tree is ~9x its text)."""
+
+    def __init__(self, text: str, path: Path) -> None:
+        self.text, self.path = text, path
+        self.header: dict[str, Any] = {}
+        self.spans: list[tuple[int, int]] = []
+        try:
+            self._walk()
+        except ValueError as exc:  # JSONDecodeError, a duplicate key, a constant, an int too long to parse
+            raise DatabaseError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise DatabaseError(f"{path} is not a {FORMAT} document: nested too deeply") from None
+        header = self.header
+        _require(header.get("format") == FORMAT, str(path), f"not a {FORMAT} document")
+        _require(
+            type(header.get("schema")) is int and header.get("schema") == SCHEMA_VERSION,
+            str(path),
+            f"schema must be {SCHEMA_VERSION}, but got {brief(header.get('schema'))}",
+        )
+        _require("entries" in header, str(path), "'entries' must be a list")
+
+    def _skip(self, pos: int) -> int:
+        match = _WHITESPACE.match(self.text, pos)
+        return match.end() if match else pos
+
+    def _expect(self, pos: int, chars: str) -> str:
+        found = self.text[pos : pos + 1]
+        if not found or found not in chars:
+            want = " or ".join(repr(c) for c in chars)
+            raise ValueError(f"expecting {want} at char {pos}" + ("" if found else " (the text ends there)"))
+        return found
+
+    def _walk(self) -> None:
+        text = self.text
+        pos = self._skip(0)
+        if text[pos : pos + 1] != "{":
+            _DECODER.raw_decode(text, pos)  # the decoder's own error for text that is not JSON
+            raise DatabaseError(f"{self.path}: not a {FORMAT} document (not a JSON object)")
+        pos = self._skip(pos + 1)
+        if text[pos : pos + 1] != "}":
+            while True:
+                self._expect(pos, '"')
+                name, pos = _DECODER.raw_decode(text, pos)
+                if name in self.header:
+                    raise ValueError(f"duplicate key {brief(name)} in one object")
+                pos = self._skip(pos)
+                self._expect(pos, ":")
+                pos = self._skip(pos + 1)
+                if name == "entries" and text[pos : pos + 1] == "[":
+                    self.header[name] = []  # the entries stay text until iterated
+                    pos = self._entries(pos)
+                else:
+                    self.header[name], pos = _DECODER.raw_decode(text, pos)
+                    if name == "entries":
+                        raise DatabaseError(f"{self.path}: 'entries' must be a list")
+                pos = self._skip(pos)
+                if self._expect(pos, ",}") == "}":
+                    break
+                pos = self._skip(pos + 1)
+        pos = self._skip(pos + 1)
+        if pos != len(text):
+            raise ValueError(f"extra data after the document at char {pos}")
+
+    def _entries(self, pos: int) -> int:
+        pos = self._skip(pos + 1)
+        if self.text[pos : pos + 1] == "]":
+            return pos + 1
+        while True:
+            _, end = _DECODER.raw_decode(self.text, pos)  # checked now, decoded again when iterated
+            self.spans.append((pos, end))
+            pos = self._skip(end)
+            if self._expect(pos, ",]") == "]":
+                return pos + 1
+            pos = self._skip(pos + 1)
+
+    def entries(self) -> Iterator[Entry]:
+        """Each entry validated in turn (DatabaseError on the first problem); a cache key twice is an error."""
+        first_at: dict[str, int] = {}
+        for index, (start, _end) in enumerate(self.spans):
+            entry = validate_entry(_DECODER.raw_decode(self.text, start)[0], index)
+            seen = first_at.setdefault(entry.key.digest, index)
+            _require(
+                seen == index,
+                f"entry {index}",
+                f"the same key as entry {seen} ({entry.key.kernel} "
+                f"{','.join(f'{k}={v}' for k, v in entry.key.problem)}): a document holds each key once",
+            )
+            yield entry
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+def _open_document(path: Path) -> _Document:
+    return _Document(_read_capped(path), path)
+
+
+def read_document(path: Path) -> list[Entry]:
+    """Parse and validate a whole file; raise DatabaseError on the first problem. Nothing is written here."""
+    return list(_open_document(path).entries())
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    read: int
+    added: int  # keys the store did not hold
+    improved: int  # keys whose best the imported entry replaced (faster, by the same timer)
+    kept: int  # keys whose local best stayed (as fast or faster, or measured by another timer)
+
+    @property
+    def changed(self) -> int:
+        return self.added + self.improved
+
+
+def import_document(store: Store, path: Path) -> ImportResult:
+    """Validated merge. Every entry is checked before the first write; then all are written in one transaction
+    (a failure part-way leaves the store as it was)."""
+    doc = _open_document(path)
+    for _ in doc.entries():  # validate everything first, holding no lock and one entry at a time
+        pass
+    outcomes = {"added": 0, "improved": 0, "kept": 0}
+    with store.transaction():
+        for entry in doc.entries():
+            outcomes[_import_one(store, entry, path)] += 1
+    return ImportResult(len(doc), **outcomes)
+
+
+def same_timer(a: Entry, b: Entry) -> bool:
+    """Both bests were measured by the same, named timer (times of different timers are not comparable)."""
+    timer = a.provenance.get("timer")
+    return isinstance(timer, str) and bool(timer) and timer == b.provenance.get("timer")
+
+
+def _import_one(store: Store, entry: Entry, path: Path) -> str:
+    """Merge one validated entry: 'added', 'improved' or 'kept' (the local entry is left as it was)."""
+    before = store.get(entry.key)
+    if before is not None and not same_timer(before, entry):
+        return "kept"  # not comparable: the local best and its trials stay as they are
+    provenance = {**entry.provenance, "imported_from": path.name}
+    after = store.put(Entry(entry.key, entry.config, entry.time_ms, entry.device, provenance, entry.trials))
+    if before is None:
+        return "added"
+    return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_entries() -> dict[CacheKey, Entry]:
+    """Every entry of the databases shipped in cache/ (read-only). A bad file is skipped with a warning."""
+    found: dict[CacheKey, Entry] = {}
+    root = importlib.resources.files("tunekit.shipped")
+    for item in sorted(root.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".json"):
+            continue
+        try:
+            with importlib.resources.as_file(item) as path:
+                entries = read_document(Path(path))
+        except DatabaseError as exc:
+            logger.warning("tunekit: skipping shipped database %s: %s", item.name, exc)
+            continue
+        for entry in entries:
+            old = found.get(entry.key)
+            if old is None or entry.time_ms < old.time_ms:
+                found[entry.key] = entry
+    return found

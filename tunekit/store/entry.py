@@ -1,0 +1,72 @@
+"""A cache entry: the best config, its time, provenance and every measured trial. JSON in, JSON out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from tunekit.core.space import Value, config_id
+from tunekit.store.key import CacheKey
+
+TrialStatus = Literal["ok", "wrong", "failed"]
+TRIAL_STATUSES: tuple[str, ...] = ("ok", "wrong", "failed")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    config: dict[str, Value]
+    status: TrialStatus
+    time_ms: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": dict(self.config), "status": self.status, "time_ms": self.time_ms, "error": self.error}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
+        return cls(dict(data["config"]), data["status"], data.get("time_ms"), data.get("error"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: CacheKey
+    config: dict[str, Value]
+    time_ms: float
+    device: dict[str, Any]
+    provenance: dict[str, Any]
+    trials: tuple[TrialRecord, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key.to_json(),
+            "best": {"config": dict(self.config), "time_ms": self.time_ms},
+            "device": self.device,
+            "provenance": self.provenance,
+            "trials": [t.to_json() for t in self.trials],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Entry:
+        return cls(
+            key=CacheKey.from_json(data["key"]),
+            config=dict(data["best"]["config"]),
+            time_ms=float(data["best"]["time_ms"]),
+            device=dict(data["device"]),
+            provenance=dict(data["provenance"]),
+            trials=tuple(TrialRecord.from_json(t) for t in data.get("trials", [])),
+        )
+
+
+def merge_entries(old: Entry, new: Entry) -> Entry:
+    """Keep the faster best; keep every trial measured by either (the newer record wins per config)."""
+    if old.key != new.key:
+        raise ValueError("merge_entries needs entries with the same key")
+    trials: dict[Any, TrialRecord] = {config_id(t.config): t for t in old.trials}
+    trials.update({config_id(t.config): t for t in new.trials})
+    winner = new if _faster(new.time_ms, old.time_ms) else old
+    return replace(winner, trials=tuple(trials.values()))
+
+
+def _faster(a: float, b: float) -> bool:
+    return math.isfinite(a) and (not math.isfinite(b) or a < b)

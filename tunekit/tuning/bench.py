@@ -1,0 +1,89 @@
+"""Timers. A timer answers 'how long does this launch take' in milliseconds; the tuner never times directly.
+
+The tuner passes the config too, so tests can plant timings with a fake timer (as Triton's autotuner tests do).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tunekit.core import backend
+from tunekit.core.space import Config
+
+
+class Timer(Protocol):
+    label: str
+
+    def __call__(self, fn: Callable[[], object], config: Config) -> float: ...
+
+
+class CudaEventTimer:
+    """CUDA events through triton.testing.do_bench: warm-up, L2 flushed before every repetition, median."""
+
+    label = "cuda-events-median-l2-flushed"
+
+    def __init__(self, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> None:
+        self.warmup_ms = warmup_ms
+        self.rep_ms = rep_ms
+
+    def __call__(self, fn: Callable[[], object], config: Config) -> float:
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+
+
+class WallClockTimer:
+    """Interpreter timing: host wall-clock, median of a few runs after one warm-up. Not GPU performance."""
+
+    label = "interpreter-wall-clock"
+
+    def __init__(self, repeats: int = 3) -> None:
+        self.repeats = repeats
+
+    def __call__(self, fn: Callable[[], object], config: Config) -> float:
+        fn()
+        samples = []
+        for _ in range(self.repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
+
+
+def default_timer() -> Timer:
+    return WallClockTimer() if backend.INTERPRETED else CudaEventTimer()
+
+
+def is_builtin_timer(timer: object) -> bool:
+    """A real timer of this module (the tuner isolates these by default; custom/fake timers run in-process)."""
+    return isinstance(timer, (CudaEventTimer, WallClockTimer))
+
+
+def timer_to_json(timer: object) -> dict[str, Any] | None:
+    """How a timer crosses into the isolated worker: its class's import path and its JSON attributes.
+
+    None when it cannot (a local class, a closure, or state that is not JSON): such a timer runs in-process only.
+    """
+    cls = type(timer)
+    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+        return None
+    try:
+        state = json.loads(json.dumps(vars(timer), allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+    return {"class": f"{cls.__module__}:{cls.__qualname__}", "state": state}
+
+
+def timer_from_json(data: dict[str, Any]) -> Timer:
+    module_name, _, qualname = str(data["class"]).partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    timer: Timer = obj.__new__(obj)
+    vars(timer).update(data["state"])
+    return timer

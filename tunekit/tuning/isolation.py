@@ -1,0 +1,568 @@
+"""Isolated benchmarking: candidates run in a worker subprocess, so no candidate can take the tuner down.
+
+A candidate config is untrusted code generation. Besides failing to compile or running out of shared memory
+(ordinary `failed` records, in or out of a worker), it can hang (a kernel that never finishes), kill its process
+(a segfault in a driver, a compiler or the interpreter), or corrupt the CUDA context (after an illegal memory
+access every later CUDA call in that process fails). In the worker each of these becomes one `failed` record:
+
+- hang: the parent waits `timeout_s` for the reply, then kills the worker (`timeout` in the record);
+- death: the reply never comes, the exit status and the end of the worker's stderr are recorded;
+- corrupted context: after any candidate that is not ok, the worker syncs the device and re-runs a config that
+  passed before (a canary); if that fails too, it reports itself unusable and the parent replaces it.
+
+The next candidate starts a fresh worker (`restarts` counts them). One worker can serve many problems in turn
+(`retarget`: a fleet worker keeps one for its lifetime): the running worker is sent the new target, frees the
+previous inputs and builds the new ones, so torch, Triton, the CUDA context and Triton's compiled kernels are paid
+for once; a worker replaced after a fault starts on the current target. A worker can also be started before its
+first target is known (`prespawn`: it warms up while the caller gets the target). The protocol is one JSON object
+per line: requests on the worker's stdin, replies (to every request but the warm-up) on a private copy of its
+stdout (the worker points fd 1 at stderr, so stray prints from kernels or libraries cannot break the protocol).
+Nothing is pickled. The worker imports the kernel by
+module name (its registry entry, else the module defining its launcher) with the parent's sys.path, and refuses a
+spec whose source hash differs from the parent's. It exits when the parent dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import IO, Any
+
+from tunekit.core import backend, registry
+from tunekit.core.errors import TunekitError
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import KernelSpec
+from tunekit.store.entry import TrialRecord
+
+logger = logging.getLogger("tunekit")
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch and Triton and building the inputs; not a candidate's time
+_EXIT_GRACE_S = 10.0
+_STDERR_TAIL = 400
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Died(Exception):
+    pass
+
+
+def kernel_module(spec: KernelSpec) -> str:
+    """The module the worker imports to find `spec`."""
+    name = registry.KERNELS.get(spec.name)
+    if name is not None:
+        return name
+    module = getattr(spec.launch, "__module__", None)
+    if module and module != "__main__":
+        return str(module)
+    raise TunekitError(
+        f"cannot benchmark {spec.name} in a worker process: its spec is not importable by module name "
+        "(add it to tunekit.core.registry.KERNELS, or tune with isolate=False)"
+    )
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+class IsolatedBench:
+    """The parent's side: measures candidates in a worker, replacing it after a hang, a death or a bad context."""
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        seed: int,
+        timer: dict[str, Any],
+        timeout_s: float,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        label: str = "",
+        spawned: Spawned | None = None,
+    ) -> None:
+        self.spec = spec
+        self.label = label  # the timer's label, recorded in entries' provenance
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.restarts = 0  # workers replaced after a hang, a death, a corrupted context or a failed switch
+        self.started = 0  # worker processes spawned (1 when one served every target)
+        self._device_index = None if backend.INTERPRETED else _current_cuda_device()
+        self._init = self._init_request(spec, problem, seed, timer)
+        self._loaded: dict[str, Any] | None = None  # the init the running worker holds
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._buffer = b""
+        self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
+        if spawned is not None:  # started ahead (prespawn): its first init waits only for what is not done yet
+            self._proc, self._stderr = spawned.proc, spawned.stderr
+            self.started += 1
+
+    def _init_request(self, spec: KernelSpec, problem: Problem, seed: int, timer: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "op": "init",
+            "sys_path": list(sys.path),
+            "module": kernel_module(spec),
+            "kernel": spec.name,
+            "source_hash": spec.source_hash,
+            "problem": dict(problem),
+            "seed": seed,
+            "timer": timer,
+            "device_index": self._device_index,
+        }
+
+    # ------------------------------------------------------------------------------------------- public
+
+    def retarget(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        seed: int,
+        *,
+        timer: dict[str, Any] | None = None,
+        label: str | None = None,
+    ) -> None:
+        """Measure `problem` of `spec` (bench inputs seeded `seed`) from now on, in the same worker process.
+
+        Nothing is sent yet: the next request (or `start`) switches the running worker, and any worker started
+        from now on, a replacement after a fault included, starts on this target. `timer` (as the worker rebuilds
+        it) and its `label` stay as they were unless given.
+        """
+        request = self._init_request(spec, problem, seed, self._init["timer"] if timer is None else timer)
+        self.spec, self._init = spec, request
+        if label is not None:
+            self.label = label
+
+    def start(self) -> None:
+        """Have a worker ready on the current target: start one, or switch the running one (measure does this).
+
+        A running worker that cannot switch (it died, hung or failed to load the new target, perhaps because of
+        the previous one) is replaced by a fresh one; TunekitError when a fresh one cannot load the target either.
+        """
+        if self._busy:
+            self._kill()  # an earlier request was cut short: its reply may still come, the worker's state is unknown
+        if self._proc is not None and self._proc.poll() is None:
+            if self._loaded == self._init:
+                return
+            try:
+                self._load("could not switch to " + self._target())
+                return
+            except TunekitError as exc:
+                logger.warning("tunekit: %s; starting a fresh worker", exc)
+                self._kill()
+                self.restarts += 1
+        self._spawn()
+        self._load("did not start")
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
+        """Verify then time `config` in the worker (tunekit.tuning.verify.measure); a fatal fault is a failed record."""
+        return self._run(config, {"op": "measure", "config": dict(config), "verify_seed": verify_seed})
+
+    def retime(self, config: Config) -> TrialRecord:
+        """Time `config` again (the winner's confirmation), no verification."""
+        return self._run(config, {"op": "time", "config": dict(config)})
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if self._busy:  # interrupted mid-candidate (Ctrl-C, an exception): the worker may be hung; no goodbye
+            self._kill()
+            return
+        try:
+            self._send({"op": "exit"})
+            proc.wait(timeout=_EXIT_GRACE_S)
+        except (_Died, subprocess.TimeoutExpired):
+            pass
+        self._kill()
+
+    def __enter__(self) -> IsolatedBench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------- internals
+
+    def _run(self, config: Config, request: dict[str, Any]) -> TrialRecord:
+        self.start()
+        self._busy = True
+        try:
+            self._send(request)
+            reply = self._receive(self.timeout_s)
+            self._busy = False
+        except _Timeout:
+            self._kill()
+            self.restarts += 1
+            return TrialRecord(
+                dict(config),
+                "failed",
+                error=f"timeout: no result within {self.timeout_s:g} s (candidate timeout); the worker was killed",
+            )
+        except _Died as died:
+            self.restarts += 1
+            return TrialRecord(dict(config), "failed", error=f"worker died: {died}")
+        if "bug" in reply:
+            self._kill()
+            raise TunekitError(
+                f"benchmarking {self.spec.name} config {dict(config)} raised {reply['bug']} in the worker "
+                f"(not a known kernel failure, so a bug):\n{reply.get('traceback', '')}"
+            )
+        record = TrialRecord.from_json(reply["record"])
+        if reply.get("fatal"):
+            # The device context is unusable after this candidate: the next one gets a fresh worker.
+            self._kill()
+            self.restarts += 1
+        return record
+
+    def _spawn(self) -> None:
+        self._kill()
+        self._buffer = b""
+        spawned = _spawn_process()
+        self._proc, self._stderr = spawned.proc, spawned.stderr
+        self.started += 1
+
+    def _load(self, failed: str) -> None:
+        """Send the current target to the running worker and wait until it has built the inputs."""
+        self._busy = True  # interrupted while the worker loads, close() kills it rather than wait
+        try:
+            self._send(self._init)
+            reply = self._receive(self.startup_timeout_s)
+            self._busy = False
+        except _Timeout:
+            tail = self._stderr_tail()
+            self._kill()
+            raise TunekitError(
+                f"the benchmarking worker for {self.spec.name} {failed}: no reply within "
+                f"{self.startup_timeout_s:g} s" + (f" ({tail})" if tail else "")
+            ) from None
+        except _Died as exc:
+            raise TunekitError(f"the benchmarking worker for {self.spec.name} {failed}: {exc}") from None
+        if "ok" not in reply:
+            self._kill()
+            raise TunekitError(
+                f"the benchmarking worker could not load kernel {self.spec.name}: "
+                f"{reply.get('error') or reply.get('bug')}"
+            )
+        self._loaded = self._init
+
+    def _target(self) -> str:
+        return f"{self.spec.name} " + ",".join(f"{k}={v}" for k, v in self._init["problem"].items())
+
+    def _send(self, message: dict[str, Any]) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        try:
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _Died(self._death()) from None
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise _Died(self._death())
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _death(self) -> str:
+        """Why the worker is gone: its exit status and the end of its stderr. Reaps it."""
+        proc = self._proc
+        assert proc is not None
+        try:
+            proc.wait(timeout=_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        why = describe_exit(proc.returncode)
+        tail = self._stderr_tail()
+        self._kill()
+        return f"{why}: {tail}" if tail else why
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - _STDERR_TAIL))
+            text = self._stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-4:])
+
+    def _kill(self) -> None:
+        self._busy = False
+        self._loaded = None
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+def _current_cuda_device() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
+
+
+@dataclass
+class Spawned:
+    """A worker process started before it has a target: `IsolatedBench(spawned=...)` adopts it."""
+
+    proc: subprocess.Popen[bytes]
+    stderr: IO[bytes]
+
+    def close(self) -> None:
+        """Stop a worker that was never adopted."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+def _spawn_process() -> Spawned:
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed with it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunekit.tuning.isolation", str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,  # a Ctrl-C reaches the parent, which then closes the worker
+    )
+    return Spawned(proc, stderr)
+
+
+def prespawn() -> Spawned:
+    """Start a worker now, before its first target is known, and have it warm up.
+
+    Its interpreter, imports and CUDA context (seconds) then overlap whatever the caller does before the first
+    target (a fleet worker: opening the queue and the cache, claiming a job). The warm-up has no reply; the
+    first init's reply comes once the warm-up and the init are both done.
+    """
+    spawned = _spawn_process()
+    warm = {"op": "warm", "device_index": None if backend.INTERPRETED else _current_cuda_device()}
+    assert spawned.proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, OSError):  # a worker that died at once is reported by the init
+        spawned.proc.stdin.write((json.dumps(warm) + "\n").encode())
+        spawned.proc.stdin.flush()
+    return spawned
+
+
+def _warm(device_index: int | None) -> None:
+    """What every target needs, done ahead: the CUDA context on the device, the measuring modules imported."""
+    import torch
+
+    import tunekit.tuning.bench
+    import tunekit.tuning.verify  # noqa: F401
+
+    if device_index is not None:
+        torch.cuda.set_device(device_index)
+        torch.empty(1, device="cuda")  # creates the context
+
+
+# ----------------------------------------------------------------------------------------------- the worker
+
+
+class _LoadError(Exception):
+    pass
+
+
+class _Worker:
+    """The worker's side: one kernel and problem, its bench inputs built once, candidates measured on request.
+
+    A new init replaces it (`release` first): the process, its imports and its CUDA context serve the next target.
+    """
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        import torch
+
+        from tunekit.tuning.bench import timer_from_json
+
+        parent_path = [str(p) for p in request["sys_path"]]
+        sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+        try:
+            module = importlib.import_module(request["module"])
+        except Exception as exc:  # any import failure is reported to the parent
+            raise _LoadError(f"cannot import {request['module']!r}: {exc.__class__.__name__}: {exc}") from exc
+        spec = _find_spec(module, request["kernel"])
+        if spec.source_hash != request["source_hash"]:
+            raise _LoadError(
+                f"{request['module']} defines {spec.name} with source hash {spec.source_hash}, but the tuner has "
+                f"{request['source_hash']}: the worker would measure another kernel"
+            )
+        registry._loaded[spec.name] = spec
+        if request.get("device_index") is not None:
+            torch.cuda.set_device(int(request["device_index"]))
+        self.spec = spec
+        self.problem: Problem = request["problem"]
+        self.device = backend.torch_device()
+        self.timer = timer_from_json(request["timer"])
+        self.inputs = spec.make_inputs(self.problem, self.device, int(request["seed"]))
+        self.outputs = spec.alloc_outputs(self.inputs)
+        self.canary: Config | None = None  # a config that passed: re-run to tell a broken context from a bad config
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
+
+        spec, config = self.spec, request["config"]
+        if request["op"] == "measure":
+            record = measure(
+                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"]
+            )
+        elif request["op"] == "time":
+            try:
+                ms = self.timer(lambda: spec.launch(config, self.inputs, self.outputs), config)
+                record = TrialRecord(dict(config), "ok", time_ms=float(ms))
+            except KNOWN_KERNEL_FAILURES as exc:
+                record = failure(config, exc)
+        else:
+            raise ValueError(f"unknown request {request['op']!r}")
+        fatal = False
+        if record.status == "ok":
+            if self.canary is None:
+                self.canary = dict(config)
+        else:
+            fatal = not self._healthy(record)
+        return {"record": record.to_json(), "fatal": fatal}
+
+    def release(self) -> None:
+        """Free this target's tensors before the next target's are built (large problems must not coexist)."""
+        import torch
+
+        self.inputs = self.outputs = ()
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def _healthy(self, record: TrialRecord) -> bool:
+        """After a candidate that was not ok: can this process still run kernels correctly?"""
+        import torch
+
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            if self.canary is None:
+                # Nothing has passed yet to re-run: a runtime error may have poisoned the device, so start afresh.
+                return not (record.status == "failed" and (record.error or "").startswith("RuntimeError"))
+            self.spec.launch(self.canary, self.inputs, self.outputs)
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception:  # any failure here means the process cannot be trusted any more
+            return False
+        return True
+
+
+def _find_spec(module: Any, name: str) -> KernelSpec:
+    candidates = [getattr(module, "SPEC", None), *vars(module).values()]
+    for value in candidates:
+        if isinstance(value, KernelSpec) and value.name == name:
+            return value
+    raise _LoadError(f"module {module.__name__} defines no KernelSpec named {name!r}")
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Never outlive the tuner: PR_SET_PDEATHSIG where there is one, and a watchdog thread everywhere."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="tunekit-parent-watch", daemon=True).start()
+
+
+def serve(parent: int) -> None:
+    """The worker's loop: one request per line on stdin, one reply per line on the protocol fd."""
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # stray prints (kernels, libraries) go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    _exit_with_parent(parent)
+    worker: _Worker | None = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("op") == "exit":
+            break
+        reply: dict[str, Any]
+        if request.get("op") == "warm":  # no reply: a failure here shows again, and is reported, at init
+            with contextlib.suppress(Exception):
+                _warm(request.get("device_index"))
+            continue
+        try:
+            if request.get("op") == "init":
+                if worker is not None:  # retargeted: the previous inputs go first
+                    worker.release()
+                    worker = None
+                worker = _Worker(request)
+                reply = {"ok": True}
+            elif worker is None:
+                raise ValueError("the worker got a request before init")
+            else:
+                reply = worker.handle(request)
+        except _LoadError as exc:
+            reply = {"error": str(exc)}
+        except Exception as exc:  # reported to the parent, which raises it there
+            reply = {"bug": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc()}
+        protocol.write(json.dumps(reply) + "\n")
+        protocol.flush()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())

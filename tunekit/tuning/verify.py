@@ -1,0 +1,109 @@
+"""One candidate, checked then timed: fresh random inputs, NaN-poisoned outputs, compare to the reference.
+
+`measure` is the whole per-candidate step, shared by the in-process tuner and the isolated worker
+(tunekit.tuning.isolation), so both record exactly the same outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
+
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES, KernelSpec, Tolerance
+from tunekit.store.entry import TrialRecord
+from tunekit.tuning.bench import Timer
+
+# Only these score a config as failed; anything else is a bug and propagates.
+KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
+    CompilationError,
+    OutOfResources,
+    PTXASError,
+    InterpreterError,
+    RuntimeError,  # CUDA launch errors and torch errors raised inside a launch
+)
+_MAX_ERROR_CHARS = 300
+
+
+def poison(out: torch.Tensor) -> None:
+    """Fill an output with values no correct kernel leaves behind: NaN, or the most negative integer."""
+    out.fill_(float("nan") if out.dtype.is_floating_point else torch.iinfo(out.dtype).min)
+
+
+def check_outputs(
+    spec: KernelSpec,
+    outputs: tuple[torch.Tensor, ...],
+    expected: tuple[torch.Tensor, ...],
+    widen: Callable[[Tolerance, torch.Tensor], Tolerance] | None = None,
+) -> str | None:
+    """None when every output matches within the spec's tolerance for its dtype, else why not.
+
+    `widen(tolerance, reference)` adjusts each floating output's tolerance (the benchmark's baselines).
+    """
+    if len(outputs) != len(expected):
+        return f"kernel returned {len(outputs)} outputs, reference {len(expected)}"
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        if out.shape != ref.shape:
+            return f"output {i}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+        # Compared where the output lives: on a GPU, moving tens of MB to the host and comparing them in float64 on
+        # the CPU cost more than the candidate's timing, and workers sharing a host's cores slowed each other.
+        want = ref.detach().to(out.device)
+        if not out.dtype.is_floating_point:
+            differ = out != want.to(out.dtype)
+            if bool(differ.any()):
+                return f"output {i}: {int(differ.sum())} integer elements differ"
+            continue
+        tol = spec.tolerances[DTYPE_NAMES.get(out.dtype, "float32")]
+        if widen is not None:
+            tol = widen(tol, ref)
+        got, want = out.detach().double(), want.double()
+        # NaN where the reference is finite means an element was never written (outputs are poisoned).
+        unwritten = torch.isnan(got) & ~torch.isnan(want)
+        if bool(unwritten.any()):
+            return f"output {i}: {int(unwritten.sum())} elements not written or NaN"
+        if not torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol, equal_nan=True):
+            err = (got - want).abs().nan_to_num(0.0).max().item()
+            return f"output {i}: max abs error {err:.3g} over tolerance (atol={tol.atol}, rtol={tol.rtol})"
+    return None
+
+
+def verify_config(spec: KernelSpec, config: Config, problem: Problem, device: torch.device, seed: int) -> str | None:
+    """Run the candidate once on fresh inputs; None when correct, else the reason it is wrong."""
+    inputs = spec.make_inputs(problem, device, seed)
+    outputs = spec.alloc_outputs(inputs)
+    for out in outputs:
+        poison(out)
+    spec.launch(config, inputs, outputs)
+    return check_outputs(spec, outputs, spec.reference(inputs))
+
+
+def failure(config: Config, exc: BaseException) -> TrialRecord:
+    return TrialRecord(dict(config), "failed", error=f"{exc.__class__.__name__}: {str(exc)[:_MAX_ERROR_CHARS]}")
+
+
+def measure(
+    spec: KernelSpec,
+    config: Config,
+    problem: Problem,
+    device: torch.device,
+    inputs: tuple[Any, ...],
+    outputs: tuple[Any, ...],
+    timer: Timer,
+    verify_seed: int,
+) -> TrialRecord:
+    """Verify on fresh inputs (seeded `verify_seed`), then time on the shared bench inputs/outputs.
+
+    Known kernel failures become a `failed` record; a wrong answer a `wrong` one (never timed).
+    """
+    try:
+        wrong = verify_config(spec, config, problem, device, seed=verify_seed)
+        if wrong is not None:
+            return TrialRecord(dict(config), "wrong", error=wrong)
+        ms = timer(lambda: spec.launch(config, inputs, outputs), config)
+    except KNOWN_KERNEL_FAILURES as exc:
+        return failure(config, exc)
+    return TrialRecord(dict(config), "ok", time_ms=float(ms))
