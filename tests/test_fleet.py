@@ -25,25 +25,14 @@ from typer.testing import CliRunner
 
 from tunekit.cli import app
 from tunekit.core.errors import TunekitError
-from tunekit.fleet import (
-    ERROR_ATTR,
-    JOB_ATTR,
-    OWNER_ATTR,
-    QUEUE_PREFIX,
-    RESULT_ATTR,
-    Job,
-    JobQueue,
-    Lease,
-    interleave_kernels,
-    open_storage,
-    read_plan,
-    run_job,
-    work,
-)
 from tunekit.fleet.owner import owner_record
+from tunekit.fleet.plans import read_plan
+from tunekit.fleet.queue import ERROR_ATTR, JOB_ATTR, OWNER_ATTR, QUEUE_PREFIX, RESULT_ATTR, Job, JobQueue
+from tunekit.fleet.workers import interleave_kernels, run_job, work
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.recorder import record_problems
 from tunekit.store.store import Store
+from tunekit.tuning.storage import Lease, open_storage
 
 TESTS = Path(__file__).parent
 POSTGRES = os.environ.get("TUNEKIT_TEST_POSTGRES_URL")
@@ -476,7 +465,7 @@ def test_lease_and_job_values_are_checked():
 
 CLAIMER = """
 import json, sys
-from tunekit.fleet import JobQueue
+from tunekit.fleet.queue import JobQueue
 queue, taken = JobQueue(sys.argv[1]), []
 while (claim := queue.claim("racer")) is not None:
     claim.stop()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.core.render import markup, plain
-from tunekit.fleet import JobQueue
+from tunekit.fleet.queue import JobQueue
 from tunekit.store.database import document
 from tunekit.store.store import Store
 
@@ -89,7 +89,7 @@ def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
 def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     queue = JobQueue(url)
-    from tunekit.fleet import Job
+    from tunekit.fleet.queue import Job
 
     queue.submit([Job("toy", {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[31m"}, trials=2)])
     claim = queue.claim("[bold]worker\x1b]0;x\x07")

@@ -15,28 +15,18 @@ from tunekit.cli import app
 from tunekit.core import backend
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
-from tunekit.evaluation import plot, report, suite
+from tunekit.evaluation import names, plot, report, report_tables, results, suite
+from tunekit.evaluation.names import COMPILED, COPY, EAGER, EVENTS, GRAPH, HEURISTIC, MAX_AUTOTUNE, TUNEKIT, WALL
 from tunekit.evaluation.plot import plot_file, plot_run
-from tunekit.evaluation.report import (
+from tunekit.evaluation.report import check_baseline, check_then_time, run_bench
+from tunekit.evaluation.results import (
     AUTOGRAD_NOTE,
-    COMPILED,
-    COPY,
-    EAGER,
-    EVENTS,
-    GRAPH,
-    HEURISTIC,
-    MAX_AUTOTUNE,
     SMALL_PROBLEM_BYTES,
-    TUNEKIT,
-    WALL,
     BenchOptions,
     BenchRun,
     Measurement,
     Row,
-    check_baseline,
-    check_then_time,
     roofline_ms,
-    run_bench,
     summarize,
     timing_method,
 )
@@ -122,7 +112,7 @@ def test_rates_and_ratios_of_a_row():
 
 
 def test_gpu_table_shows_rates_roofline_floor_and_ratios():
-    text = report.render(gpu_like_run())
+    text = report_tables.render(gpu_like_run())
     assert "copy bandwidth 4000 GB/s" in text and "bf16 matmul 800 TFLOP/s" in text
     assert "tunekit/copy" in text and "3200" in text and "0.62" in text  # the copy of 4 GB in 1.25 ms; 1.25 / 2
     assert "vs copy" not in text  # a copy is what tunekit is held to, not a baseline it is compared with
@@ -198,7 +188,7 @@ def test_quick_run_checks_every_implementation_in_the_interpreter(quick_run, tmp
     path = tmp_path / "quick.json"
     quick_run.save(path)
     assert BenchRun.load(path) == quick_run
-    text = report.render(quick_run)
+    text = report_tables.render(quick_run)
     assert "interpreter wall-clock, not GPU performance" in text and "GB/s" not in text
     assert "32x32x64 bias_gelu bf16" in text and "16x256 fp16" in text
     paths = plot_run(quick_run, tmp_path / "quick.png")
@@ -350,7 +340,7 @@ def test_memory_rows_time_a_copy_of_their_own_bytes(monkeypatch):
     m = row.get(COPY)
     assert m is not None and m.status == "ok" and m.timing == EVENTS and m.ms == 0.01
     assert copied == [row.bytes_moved // 2]  # half read, half written: the row's bytes
-    assert report.row_ratio(row, report.COPY_RATIO) == pytest.approx(1.0)
+    assert results.row_ratio(row, names.COPY_RATIO) == pytest.approx(1.0)
     assert report.measure_row(gemm, gemm.tiny[0], gpu_context(FixedTimer())).get(COPY) is None  # compute-bound
 
 
@@ -388,7 +378,7 @@ def test_a_json_without_copies_still_loads_renders_and_summarizes(tmp_path):
     path.write_text(json.dumps({**old, "rows": [OLD_ROW]}))
     run = BenchRun.load(path)
     assert run.rows[0].get(COPY) is None
-    text = report.render(run)
+    text = report_tables.render(run)
     (columns,) = [line for line in text.splitlines() if "problem" in line]
     assert "tunekit/bound" in columns and "tunekit/copy" not in columns and "copy" not in columns
     assert "layernorm [width multiple of 8] tunekit/copy >= 0.90: not measured (1 GiB roofline: 0.69" in text
@@ -418,7 +408,7 @@ def test_autograd_baselines_are_timed_with_events_and_never_captured(monkeypatch
     assert isinstance(eager_runner(family.torch_program(inputs)), AutogradRunner)
     # Graph µs and events µs are not compared: no ratio; the cell says how it was timed; the plot leaves it out.
     assert row.speedup(TUNEKIT, EAGER) is None
-    assert report._cell(row, EAGER) == "19.5 µs (events)"
+    assert report_tables._cell(row, EAGER) == "19.5 µs (events)"
     assert plot._value(row, EAGER) is None and plot._value(row, TUNEKIT) == pytest.approx(2.0)
 
 
@@ -483,10 +473,10 @@ def _target(summary: dict, family: str, group: str, ratio: str) -> dict:
 def test_summary_geomeans_over_non_launch_bound_rows_and_judges_the_targets():
     summary = summarize(summary_run())
     assert summary is not None
-    width8 = _target(summary, "layernorm", suite.WIDTH_8, report.COPY_RATIO)
+    width8 = _target(summary, "layernorm", suite.WIDTH_8, names.COPY_RATIO)
     assert width8["value"] == pytest.approx(0.95) and width8["holds"] and width8["rows"] == 1
-    assert width8[report.BOUND_RATIO] == pytest.approx(0.25)  # the 1 GiB roofline's ratio beside it
-    odd = _target(summary, "layernorm", suite.WIDTH_ODD, report.COPY_RATIO)
+    assert width8[names.BOUND_RATIO] == pytest.approx(0.25)  # the 1 GiB roofline's ratio beside it
+    odd = _target(summary, "layernorm", suite.WIDTH_ODD, names.COPY_RATIO)
     assert odd["value"] == pytest.approx(0.75) and not odd["holds"]
     eager = _target(summary, "layernorm", suite.ALL, "vs torch")
     assert eager["value"] == pytest.approx(5**0.5) and eager["rows"] == 2  # the launch-bound row's 100x left out
@@ -505,7 +495,7 @@ def test_summary_geomeans_over_non_launch_bound_rows_and_judges_the_targets():
 
 def test_summary_is_printed_and_stored_and_recomputed_from_a_saved_json(tmp_path):
     run = summary_run()
-    text = report.render(run, width=250)
+    text = report_tables.render(run, width=250)
     assert text.index("summary: geomeans") > text.index("gemm: TFLOP/s")  # after the tables
     assert "layernorm [width multiple of 8] tunekit/copy >= 0.90: 0.95 holds (1 GiB roofline: 0.25; 1 row)" in text
     assert "layernorm [width 2^k±1] tunekit/copy >= 0.80: 0.75 missed by 0.05" in text
@@ -524,7 +514,7 @@ def test_summary_is_printed_and_stored_and_recomputed_from_a_saved_json(tmp_path
 
 def test_no_summary_for_an_interpreter_run(quick_run, tmp_path):
     assert summarize(quick_run) is None
-    assert "summary: none in the interpreter" in report.render(quick_run)
+    assert "summary: none in the interpreter" in report_tables.render(quick_run)
     path = tmp_path / "quick.json"
     quick_run.save(path)
     assert json.loads(path.read_text())["summary"] is None

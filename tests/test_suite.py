@@ -189,7 +189,7 @@ def test_gemm_groups_are_the_targets_size_classes():
 
 
 def test_every_target_names_a_family_group_and_ratio_the_suite_measures():
-    from tunekit.evaluation.report import COPY_RATIO
+    from tunekit.evaluation.names import COPY_RATIO
 
     baselines = {"torch", "torch.compile"}
     for target in suite.TARGETS:

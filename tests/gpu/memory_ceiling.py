@@ -22,7 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tunekit.evaluation.report import COPY, COPY_RATIO, EVENTS, HEURISTIC, TUNEKIT, Row, _groups, geomean, read_run
+from tunekit.evaluation.names import COPY, COPY_RATIO, EVENTS, HEURISTIC, TUNEKIT
+from tunekit.evaluation.results import Row, _groups, geomean, read_run
 from tunekit.evaluation.suite import TARGETS, Target
 
 DEFAULT_RUN = Path(__file__).resolve().parents[2] / "cache" / "bench" / "h200-sm90-132sm" / "memory.json"

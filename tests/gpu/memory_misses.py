@@ -56,16 +56,9 @@ from tunekit.core import backend
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
-from tunekit.evaluation.report import (
-    COPY,
-    TUNEKIT,
-    BenchRun,
-    check_then_time,
-    copy_measurement,
-    kernel_runner,
-    read_run,
-    timing_method,
-)
+from tunekit.evaluation.names import COPY, TUNEKIT
+from tunekit.evaluation.report import check_then_time, copy_measurement, kernel_runner
+from tunekit.evaluation.results import BenchRun, read_run, timing_method
 from tunekit.evaluation.suite import SEED, families
 from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
 from tunekit.runtime.dispatch import dispatcher

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tunekit.core.registry import get_spec
-from tunekit.evaluation.report import SMALL_PROBLEM_BYTES
+from tunekit.evaluation.results import SMALL_PROBLEM_BYTES
 from tunekit.evaluation.suite import GEMM_GROUPS, GEMM_LARGE, SUITES, families
 
 

@@ -120,7 +120,7 @@ def _work_list(
 ) -> list[tuple[KernelSpec, Problem]]:
     """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
     from tunekit.core.registry import get_spec
-    from tunekit.fleet import read_plan
+    from tunekit.fleet.plans import read_plan
 
     if plan is not None:
         if kernel is not None or shapes or dtype:
@@ -239,7 +239,7 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
     from tunekit.store.key import CacheKey
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
-    from tunekit.tuning.tuner import tune as run_tune
+    from tunekit.tuning.orchestrate import tune_and_store
 
     device = fingerprint()
     timer = default_timer()
@@ -254,23 +254,10 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
             console.print(INTERPRETER_NOTE, markup=False, highlight=False)  # wrapped between words
     with Store() as store:
         for spec, problem in work_list:
-            key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
-            previous = store.get(key)
+            previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
             with _progress(spec, problem, options.trials, stored, terminal) as advance:
-                report = run_tune(
-                    spec,
-                    problem,
-                    device,
-                    options,
-                    timer=timer,
-                    previous=previous,
-                    warm_start=store.related(key),
-                    tuned=[e for e in store.entries() if e.key.scope == key.scope],
-                    on_trial=advance,
-                    checkpoint=store.put,
-                )
-            entry = report.entry if report.skipped else store.put(report.entry)
+                entry, report = tune_and_store(spec, problem, device, options, store, timer=timer, on_trial=advance)
             heuristic = dict(spec.heuristic(problem, device))
             h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
             result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
@@ -329,7 +316,8 @@ def _progress(
 def _tune_fleet(
     work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
 ) -> None:
-    from tunekit.fleet import Job, JobQueue, interleave_kernels, run_workers
+    from tunekit.fleet.queue import Job, JobQueue
+    from tunekit.fleet.workers import interleave_kernels, run_workers
 
     if submit and workers is not None:
         raise TunekitError("--submit only queues the jobs and --workers also runs them here: give one of them")
@@ -396,7 +384,8 @@ def worker(
     """
     import signal
 
-    from tunekit.fleet import Lease, stop_as_interrupted, work
+    from tunekit.fleet.workers import stop_as_interrupted, work
+    from tunekit.tuning.storage import Lease
 
     terms = Lease(heartbeat, lease, max_retries)
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
@@ -414,7 +403,7 @@ def status(
     jobs: Annotated[bool, typer.Option("--jobs", help="Also list every job.")] = False,
 ) -> None:
     """Jobs queued, running, done and failed in each queue of --storage."""
-    from tunekit.fleet import STATES, JobQueue, queue_names
+    from tunekit.fleet.queue import STATES, JobQueue, queue_names
 
     names = [queue] if queue is not None else queue_names(storage)
     if not names:
@@ -477,7 +466,7 @@ def requeue(
     --stale finds the jobs whose worker ran on this machine and is gone. A job whose worker ran on another machine
     is re-queued by --job ID, once you know the worker is gone: if it is not, it can no longer complete that job.
     """
-    from tunekit.fleet import JobQueue, queue_names
+    from tunekit.fleet.queue import JobQueue, queue_names
 
     if (job is None) == (not stale):
         raise TunekitError("requeue needs --job ID or --stale (one of them)")
@@ -525,7 +514,7 @@ def plan(
     kernel's default problems on this machine's device.
     """
     from tunekit.core.registry import get_spec
-    from tunekit.fleet import read_plan
+    from tunekit.fleet.plans import read_plan
     from tunekit.runtime.recorder import write_plan
 
     if not kernel:
@@ -641,12 +630,12 @@ def export_cmd(
 
     device_key = fingerprint().key if device == "current" else device
     if storage is not None:
-        from tunekit import fleet
+        from tunekit.fleet import queue
 
         if kernel is not None:
             get_spec(kernel)  # unknown names fail with the list of valid ones
         skipped: dict[str, str] = {}
-        n = write_document(out, fleet.export_entries(storage, kernel, device_key, skipped=skipped))
+        n = write_document(out, queue.export_entries(storage, kernel, device_key, skipped=skipped))
         console.print(markup(f"exported {n} entries from {storage} to {out}"))
         if skipped:
             console.print(f"{len(skipped)} jobs left out: their job or result is unreadable (see the warnings above)")
@@ -748,7 +737,9 @@ def bench(
     wall-clock only.
     """
     from tunekit.core import backend
-    from tunekit.evaluation.report import BenchOptions, BenchRun, print_report, print_saved_summary, read_run, run_bench
+    from tunekit.evaluation.report import run_bench
+    from tunekit.evaluation.report_tables import print_report, print_saved_summary
+    from tunekit.evaluation.results import BenchOptions, BenchRun, read_run
     from tunekit.evaluation.suite import work_list
 
     if summary is not None:
@@ -948,6 +939,3 @@ def devices(json_out: JsonOpt = False) -> None:
 def main() -> None:
     app(prog_name="tunekit")
 
-
-if __name__ == "__main__":
-    main()

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.core.errors import TunekitError
-from tunekit.evaluation.report import COPY, EVENTS, GRAPH, WALL, BenchRun, Row, read_run
+from tunekit.evaluation.names import COPY, EVENTS, GRAPH, WALL
+from tunekit.evaluation.results import BenchRun, Row, read_run
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -26,7 +26,7 @@ import triton
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Problem
 from tunekit.core.spec import DTYPES, Inputs
-from tunekit.evaluation.report import COPY_RATIO
+from tunekit.evaluation.names import COPY_RATIO
 
 Scope = Literal["full", "quick", "tiny"]
 Bound = Literal["memory", "compute"]

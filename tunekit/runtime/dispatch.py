@@ -15,9 +15,7 @@ kernels: its timings mean nothing and the kernels are what runs there to be test
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -33,6 +31,7 @@ from tunekit.store import database
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
+from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
 
 logger = logging.getLogger("tunekit")
@@ -49,37 +48,6 @@ class Resolution:
     config: Config
     entry: Entry | None = None
 
-
-def _problem_distance(a: Problem, b: Problem) -> float:
-    """inf unless every non-numeric field matches; else the summed log2 distance of the numeric fields."""
-    total = 0.0
-    for name, va in a.items():
-        vb = b[name]
-        if isinstance(va, (bool, str)) or isinstance(vb, (bool, str)):
-            if va != vb:
-                return math.inf
-        else:
-            total += abs(math.log2(max(int(va), 1)) - math.log2(max(int(vb), 1)))
-    return total
-
-
-def nearest_entry(
-    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, candidates: Iterable[Entry]
-) -> Entry | None:
-    """The closest tuned problem of the same kernel, source and device whose config is valid here."""
-    scope = (spec.name, spec.source_hash, device.key)
-    ranked = sorted(
-        (
-            (_problem_distance(problem, dict(e.key.problem)), e.key.digest, e)
-            for e in candidates
-            if e.key.scope == scope
-        ),
-        key=lambda t: (t[0], t[1]),  # digest breaks ties: every rank resolves the same way
-    )
-    for distance, _, entry in ranked:
-        if math.isfinite(distance) and spec.space.is_valid(entry.config, problem, device):
-            return entry
-    return None
 
 
 def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
@@ -176,7 +144,7 @@ class Dispatcher:
         return resolution.config
 
     def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
-        from tunekit.tuning.tuner import TuneOptions, tune  # the tuner pulls in optuna: keep it off the import path
+        from tunekit.tuning.orchestrate import TuneOptions, tune_and_store  # optuna: kept off the import path
 
         def keep(entry: Entry) -> Entry:
             """Store what was tuned; a store that cannot be written (read-only, full) costs the cache, not the call."""
@@ -188,8 +156,8 @@ class Dispatcher:
                 logger.warning("tunekit: tuned %s but could not store it: %s", spec.name, exc)
                 return entry
 
-        report = tune(spec, problem, device, TuneOptions(trials=settings.tune_on_miss_trials()), checkpoint=keep)
-        entry = keep(report.entry)
+        options = TuneOptions(trials=settings.tune_on_miss_trials())
+        entry, _ = tune_and_store(spec, problem, device, options, store, put=keep)
         return Resolution("tuned", entry.config, entry)
 
     def clear(self) -> None:
@@ -216,6 +184,9 @@ def forget_memos() -> None:
     """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
     for d in _DISPATCHERS.values():
         d.memo.clear()
+
+
+recorder.ON_ENTER.append(forget_memos)
 
 
 def reset_all() -> None:

@@ -6,14 +6,15 @@
 
 Dispatch tells the active recorders about a problem on its memo miss path only (once per key per process), so
 the memo-hit hot path pays nothing; entering a recorder clears the dispatch memos so that every problem the run
-meets passes the miss path once more. Kept free of heavy imports: dispatch imports it.
+meets passes the miss path once more (dispatch registers that reset in ON_ENTER: this module imports nothing of
+dispatch's). Kept free of heavy imports: dispatch imports it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -22,10 +23,11 @@ from tunekit.core.errors import TunekitError
 
 ACTIVE: list[ProblemRecorder] = []  # dispatch reads this on a memo miss: empty unless a recording is on
 _LOCK = threading.Lock()
+ON_ENTER: list[Callable[[], None]] = []  # run on entering a recording (dispatch: forget its memos)
 
 
 def plan_line(kernel: str, problem: Mapping[str, Any]) -> str:
-    """One line of a plan file (the format `tunekit.fleet.read_plan` reads)."""
+    """One line of a plan file (the format `tunekit.fleet.plans.read_plan` reads)."""
     return json.dumps({"kernel": kernel, "problem": dict(problem)}, sort_keys=True)
 
 
@@ -60,9 +62,8 @@ class ProblemRecorder:
         return write_plan(path, self.problems)
 
     def __enter__(self) -> ProblemRecorder:
-        from tunekit.runtime.dispatch import forget_memos
-
-        forget_memos()
+        for reset in ON_ENTER:
+            reset()
         with _LOCK:
             ACTIVE.append(self)
         return self

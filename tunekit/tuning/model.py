@@ -23,7 +23,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.geometry import Geometry, KernelModel, Math
@@ -33,9 +33,21 @@ from tunekit.core.space import Config, Problem, SearchSpace, Value, config_id
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
-    from tunekit.evaluation.timing_table import TimingRow
 
 ConfigId = tuple[tuple[str, Value], ...]
+
+
+class CompiledRow(Protocol):
+    """A measured config with its compiled resources (a timing table's row, tunekit.evaluation.timing_table)."""
+
+    @property
+    def config(self) -> dict[str, Value]: ...
+
+    @property
+    def n_regs(self) -> int | None: ...
+
+    @property
+    def shared_bytes(self) -> int | None: ...
 
 
 def kernel_model(kernel: str) -> KernelModel | None:
@@ -199,11 +211,11 @@ def estimated_resources(geometry: Geometry) -> Resources:
 
 
 def compiled_resources(config: Config, n_regs: int, shared_bytes: int, warp_size: int = 32) -> Resources:
-    """A compiled kernel's resources (Triton's CompiledKernel n_regs / metadata.shared, or a TimingRow's)."""
+    """A compiled kernel's resources (Triton's CompiledKernel n_regs / metadata.shared, or a timing table row's)."""
     return Resources(warp_size * int(config["num_warps"]), int(n_regs), int(shared_bytes), "compiled")
 
 
-def compiled_from_rows(rows: Iterable[TimingRow], warp_size: int = 32) -> dict[ConfigId, Resources]:
+def compiled_from_rows(rows: Iterable[CompiledRow], warp_size: int = 32) -> dict[ConfigId, Resources]:
     """Compiled resources by config_id from timing-table rows that recorded them (rows without are left out)."""
     return {
         config_id(row.config): compiled_resources(row.config, row.n_regs, row.shared_bytes, warp_size)

@@ -26,15 +26,17 @@ import optuna
 from tunekit import __version__
 from tunekit.core import backend
 from tunekit.core.device import DeviceFingerprint
-from tunekit.core.device_limits import DeviceLimits, device_limits
+from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.errors import InvalidConfigError, TunekitError
 from tunekit.core.space import Config, Problem, Value, config_id
 from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
-from tunekit.tuning import model
 from tunekit.tuning.bench import Timer, default_timer, is_builtin_timer, timer_to_json
+from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, records_from_study
+from tunekit.tuning.guide import ModelGuide
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
+from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
 
 if TYPE_CHECKING:
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tunekit")
 
 __all__ = ["KNOWN_KERNEL_FAILURES", "TuneOptions", "TuneReport", "tune"]
-_TUNEKIT_ATTR = "tunekit"
 _MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
 ALREADY_TUNED = "already tuned"  # the stop reason of a problem whose stored trials already reach the budget
 VERSION = __version__
@@ -148,34 +149,6 @@ def study_name(key: CacheKey, fields: Sequence[str] = ()) -> str:
     return f"tunekit {key.kernel} {text} | device {key.device_key} | source {key.source_hash}"
 
 
-class _Candidates:
-    """What has been measured for this problem, by config identity; the source of 'never twice'."""
-
-    def __init__(self, records: list[TrialRecord]) -> None:
-        self.by_id: dict[Any, TrialRecord] = {config_id(r.config): r for r in records}
-
-    def __contains__(self, config: Config) -> bool:
-        return config_id(config) in self.by_id
-
-    def get(self, config: Config) -> TrialRecord:
-        return self.by_id[config_id(config)]
-
-    def add(self, record: TrialRecord) -> None:
-        self.by_id[config_id(record.config)] = record
-
-    def ok(self) -> list[TrialRecord]:
-        return sorted((r for r in self.by_id.values() if r.status == "ok"), key=lambda r: r.time_ms or 0.0)
-
-
-def _records_from_study(study: optuna.Study) -> list[TrialRecord]:
-    records = []
-    for trial in study.get_trials(deepcopy=False):
-        data = trial.user_attrs.get(_TUNEKIT_ATTR)
-        if data is not None:
-            records.append(TrialRecord.from_json(data))
-    return records
-
-
 def tune(
     spec: KernelSpec,
     problem: Problem,
@@ -218,7 +191,7 @@ def tune(
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
-    guide = _ModelGuide.make(spec, problem, device, options, limits, tuned, valid)
+    guide = ModelGuide.make(spec, problem, device, options.sampler, limits, tuned, valid)
     if guide is not None and guide.shared is not None:
         return _shared_report(key, guide.shared, clock() - start)
     if guide is not None:
@@ -226,8 +199,6 @@ def tune(
     timer_json = _isolation(options, timer)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from tunekit.fleet import open_storage  # the fleet opens storages (journal files, sqlite locking) one way
-
     study = optuna.create_study(
         study_name=study_name(key, spec.problem_fields),
         storage=open_storage(options.storage) if options.storage else None,
@@ -235,7 +206,7 @@ def tune(
         direction="minimize",
         load_if_exists=True,
     )
-    seen = _Candidates(list(previous.trials if previous else ()) + _records_from_study(study))
+    seen = Candidates(list(previous.trials if previous else ()) + records_from_study(study))
     stored = len(seen.by_id)
     budget = options.trials if options.force else max(0, options.trials - stored)
     if budget == 0 or all(c in seen for c in valid):
@@ -336,7 +307,7 @@ def tune(
                 if checkpoint is not None and ok:
                     # Saved after every measurement: a killed run loses at most the trial in flight.
                     checkpoint(_entry(key, ok[0], device, options, active.label, seen))
-            trial.set_user_attr(_TUNEKIT_ATTR, record.to_json())
+            trial.set_user_attr(TUNEKIT_ATTR, record.to_json())
             for name, value in config.items():
                 # The config as the kernel sees it, one attribute per parameter: the sampler's own parameters
                 # are encoded (log2_BLOCK_M=7 for BLOCK_M=128), and optuna-dashboard shows both.
@@ -356,94 +327,6 @@ def tune(
     report.elapsed_s = clock() - start
     report.entry = _entry(key, best, device, options, active.label, seen)
     return report
-
-
-MODEL_SEEDS = 8  # top-modelled configs measured right after the heuristic (one per tile family first)
-
-
-@dataclass
-class _ModelGuide:
-    """What the quantization model contributes to one search (the `model` strategy)."""
-
-    kept: list[dict[str, Value]]  # valid configs the model did not prune, best modelled first
-    pruned: int
-    seeds: list[dict[str, Value]]
-    nearest: list[Entry]  # the nearest tuned problem's entry, for warm-starting
-    shared: Entry | None  # an entry of a problem with the same quantization signature
-    dependent: frozenset[str] = frozenset()  # the kernel's dependent_params (KernelSpec): see _neighbours
-
-    @classmethod
-    def make(
-        cls,
-        spec: KernelSpec,
-        problem: Problem,
-        device: DeviceFingerprint,
-        options: TuneOptions,
-        limits: DeviceLimits | None,
-        tuned: Iterable[Entry],
-        valid: list[dict[str, Value]],
-    ) -> _ModelGuide | None:
-        if options.sampler != "model":
-            return None
-        if limits is None and not device.is_interpreter:
-            limits = device_limits()
-        if limits is None or model.kernel_model(spec.name) is None:
-            return None  # the interpreter has no SMs to model; the strategy is plain TPE there
-        arch = model.arch_for(device.compute_capability)
-        scope = (spec.name, spec.source_hash, device.key)
-        others = [e for e in tuned if e.key.scope == scope and dict(e.key.problem) != dict(problem)]
-        shared = _same_quantization(spec, problem, device, limits, others)
-        if shared is not None:
-            return cls([], 0, [], [], shared)
-        pruning = model.prune(spec.name, valid, problem, limits, arch=arch)
-        ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch)
-        kept = [q.config for q in ranked] if ranked is not None else valid
-        seeds = model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch) or []
-        from tunekit.runtime.dispatch import nearest_entry  # dispatch imports the tuner lazily too
-
-        near = nearest_entry(spec, problem, device, others)
-        pruned = len(pruning.pruned) if pruning else 0
-        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params)
-
-    def next_config(self, seen: _Candidates) -> dict[str, Value] | None:
-        """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter
-        changed, plus the parameters the space's rules then pin), best modelled first. None once every
-        neighbour of the incumbent is measured: the sampler takes over.
-        """
-        ok = seen.ok()
-        if not ok:
-            return None
-        incumbent = ok[0].config
-        for config in self.kept:
-            if config not in seen and _neighbours(config, incumbent, self.dependent):
-                return config
-        return None
-
-
-def _same_quantization(
-    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, limits: DeviceLimits, others: list[Entry]
-) -> Entry | None:
-    """A tuned entry whose problem has this problem's quantization signature (and a config valid here)."""
-    sizes = model.signature(spec.name, problem, spec.space, limits)
-    mine: tuple[object, ...] | None = None  # with the allowed-config set: enumerates the space, so only on demand
-    for entry in others:
-        theirs = dict(entry.key.problem)
-        if model.signature(spec.name, theirs, spec.space, limits) != sizes:
-            continue
-        if mine is None:
-            mine = model.signature(spec.name, problem, spec.space, limits, device=device)
-        if model.signature(spec.name, theirs, spec.space, limits, device=device) == mine and spec.space.is_valid(
-            entry.config, problem, device
-        ):
-            return entry
-    return None
-
-
-def _neighbours(a: Config, b: Config, dependent: frozenset[str]) -> bool:
-    """One parameter changed; a move that also changes `dependent` ones (parameters the space's rules pin once
-    another changes, declared by the kernel) still counts as one step."""
-    changed = {name for name in a if a[name] != b.get(name)}
-    return len(changed - dependent) == 1 or len(changed) == 1
 
 
 def _waiting(study: optuna.Study) -> bool:
@@ -479,7 +362,7 @@ def _warm_configs(
     problem: Problem,
     device: DeviceFingerprint,
     entries: Iterable[Entry],
-    seen: _Candidates,
+    seen: Candidates,
     queued: list[dict[str, Value]],
 ) -> list[dict[str, Value]]:
     """Best configs of related entries that are still members of the space, valid here and not yet measured."""
@@ -502,7 +385,7 @@ def _entry(
     device: DeviceFingerprint,
     options: TuneOptions,
     timer_label: str,
-    seen: _Candidates,
+    seen: Candidates,
 ) -> Entry:
     return Entry(
         key=key,
@@ -524,7 +407,7 @@ def _entry(
 def _recorded_entry(
     key: CacheKey,
     previous: Entry | None,
-    seen: _Candidates,
+    seen: Candidates,
     device: DeviceFingerprint,
     options: TuneOptions,
     timer_label: str,
@@ -537,7 +420,7 @@ def _recorded_entry(
     return _entry(key, ok[0], device, options, timer_label, seen) if ok else None
 
 
-def _confirm_best(seen: _Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:
+def _confirm_best(seen: Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:
     """Re-measure the few fastest before declaring a winner: one lucky sample must not win.
 
     A contender that fails when measured again is recorded as failed and the next fastest takes its place.

@@ -1,0 +1,240 @@
+"""The package layout (issue 14): imports point down the layers, no module imports itself back, sizes stay small.
+
+Every import counts: module level, inside functions and under TYPE_CHECKING, read with `ast` (nothing imported).
+Layers, bottom to top (README, "Package layout"):
+
+    core <- store <- tuning <- runtime (with the public ops/, nn.py) <- fleet <- evaluation <- cli
+
+A module may import its own layer and the layers below it. The kernel side (tunekit.kernels, tunekit.search_spaces,
+installed from kernels/ and search_spaces/) is declarations: it counts as core and may import core only. The
+runtime reaches the tuning layer only through tunekit.tuning.orchestrate (tune-on-miss). The top-level package
+`tunekit` is the public facade: its own imports are TYPE_CHECKING-only (the names load lazily, by string), and
+what modules import from it is its constants (__version__, DISTRIBUTION), so it is no node of the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "store", "tuning", "runtime", "fleet", "evaluation", "cli")
+SOURCES = {
+    "tunekit": ROOT / "tunekit",
+    "tunekit.kernels": ROOT / "kernels",
+    "tunekit.search_spaces": ROOT / "search_spaces",
+}
+# The runtime's one way into the tuning layer.
+RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate"}
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Justified exceptions, with the reason.
+_NEXT = "not split yet (this commit is a stage of issue 14; the next splits it)"
+LONG_MODULES: dict[str, str] = {
+    m: _NEXT
+    for m in (
+        "tunekit.cli",
+        "tunekit.evaluation.efficiency",
+        "tunekit.evaluation.suite",
+        "tunekit.store.store",
+        "tunekit.tuning.isolation",
+    )
+}
+LONG_FUNCTIONS: dict[str, str] = {
+    f: _NEXT for f in ("tunekit.cli.tune", "tunekit.store.database.validate_entry", "tunekit.tuning.tuner.tune")
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Every module under tunekit/ (and the kernel side's) by dotted name; a package by its own name."""
+    found: dict[str, Path] = {}
+    for package, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            if package == "tunekit" and path.relative_to(folder).parts[0] in ("kernels", "search_spaces", "shipped"):
+                continue  # a checkout with links in place: read from kernels/ and search_spaces/ instead
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != "tunekit" or len(parts) == 1:
+        raise ValueError(f"not a tunekit module: {module}")
+    head = parts[1]
+    if head in ("kernels", "search_spaces", "shipped"):
+        return LAYERS.index("core")
+    if head in ("ops", "nn"):
+        return LAYERS.index("runtime")
+    if head == "__main__":
+        return LAYERS.index("cli")
+    if head not in LAYERS:
+        raise AssertionError(f"{module}: not in a layer; put it in a subpackage (or add its layer here)")
+    return LAYERS.index(head)
+
+
+def imports_of(module: str, tree: ast.Module, known: Iterable[str]) -> set[str]:
+    """The tunekit modules `module` imports anywhere in its source (`from a import b` names a.b if it is a module)."""
+    known = set(known)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "tunekit"}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{module}: relative import (tunekit spells imports absolutely)"
+            source = node.module or ""
+            if source.split(".")[0] != "tunekit":
+                continue
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                found.add(sub if sub in known else source)
+    found.discard(module)
+    return found
+
+
+def graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the tunekit modules it imports; the top-level package is left out (see the docstring)."""
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    return {
+        name: {m for m in imports_of(name, tree, sources) if m != "tunekit"}
+        for name, tree in trees.items()
+        if name != "tunekit"
+    }
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if layer(target) > layer(module):
+                wrong.append(f"{module} -> {target} ({LAYERS[layer(module)]} imports {LAYERS[layer(target)]})")
+            elif (
+                layer(module) == LAYERS.index("runtime")
+                and layer(target) == LAYERS.index("tuning")
+                and target not in RUNTIME_TO_TUNING
+            ):
+                wrong.append(f"{module} -> {target} (the runtime reaches tuning through {sorted(RUNTIME_TO_TUNING)})")
+            elif module.split(".")[1] in ("kernels", "search_spaces") and target.split(".")[1] not in (
+                "core",
+                "kernels",
+                "search_spaces",
+            ):
+                wrong.append(f"{module} -> {target} (kernels import core only)")
+    return wrong
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict[str, str]:
+    return {name: path.read_text() for name, path in module_files().items()}
+
+
+def test_every_module_has_a_layer(sources):
+    for name in sources:
+        if name != "tunekit":
+            layer(name)
+    assert {"tunekit.core.spec", "tunekit.runtime.dispatch", "tunekit.tuning.orchestrate", "tunekit.cli"} <= set(
+        sources
+    )
+
+
+def test_imports_point_down_the_layers(sources):
+    assert upward(graph(sources)) == []
+
+
+def test_no_import_cycles(sources):
+    assert cycles(graph(sources)) == []
+
+
+def test_the_top_level_package_imports_only_for_type_checking(sources):
+    tree = ast.parse(sources["tunekit"])
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tunekit"):
+            pytest.fail(f"tunekit/__init__.py imports {node.module} at import time: load it lazily (_LAZY)")
+
+
+def test_the_checks_can_fail():
+    """A synthetic upward import, a runtime import past the orchestration, and a cycle are all caught."""
+    fake = {
+        "tunekit.core.fake": "from tunekit.runtime.dispatch import resolve\n",
+        "tunekit.runtime.dispatch": "def f():\n    from tunekit.tuning.tuner import tune\n",
+        "tunekit.store.a": "if TYPE_CHECKING:\n    from tunekit.store import b\n",
+        "tunekit.store.b": "from tunekit.store.a import x\n",
+        "tunekit.tuning.tuner": "",
+        "tunekit.kernels.k": "from tunekit.tuning import model\n",
+        "tunekit.tuning.model": "",
+    }
+    edges = graph(fake)
+    wrong = upward(edges)
+    assert any(w.startswith("tunekit.core.fake -> tunekit.runtime.dispatch") for w in wrong)
+    assert any(w.startswith("tunekit.runtime.dispatch -> tunekit.tuning.tuner") for w in wrong)
+    assert any(w.startswith("tunekit.kernels.k -> tunekit.tuning.model") for w in wrong)
+    assert cycles(edges) == [["tunekit.store.a", "tunekit.store.b"]]
+    with pytest.raises(AssertionError, match="not in a layer"):
+        layer("tunekit.somewhere")
+
+
+def too_long(sources: dict[str, str]) -> list[str]:
+    found = []
+    for name, text in sorted(sources.items()):
+        lines = text.count("\n")
+        if lines > MAX_MODULE_LINES and name not in LONG_MODULES:
+            found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                where = f"{name}.{node.name}"
+                if length > MAX_FUNCTION_LINES and where not in LONG_FUNCTIONS:
+                    found.append(f"{where}: {length} lines (at most {MAX_FUNCTION_LINES})")
+    return found
+
+
+def test_modules_and_functions_stay_small(sources):
+    kernel_side = ("tunekit.kernels", "tunekit.search_spaces")
+    assert too_long({n: t for n, t in sources.items() if not n.startswith(kernel_side)}) == []
+
+
+def test_the_size_check_can_fail():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert too_long({"tunekit.core.fake": f"def f():\n{body}"}) == [
+        f"tunekit.core.fake.f: {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})"
+    ]

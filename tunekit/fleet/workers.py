@@ -1,0 +1,404 @@
+"""Fleet workers: claim a job, tune it on this device (the one orchestration, tunekit.tuning.orchestrate), complete it
+with its entry; run several local workers, one per GPU."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.core.errors import TunekitError
+from tunekit.core.space import Config, Value
+from tunekit.core.spec import KernelSpec
+from tunekit.fleet.plans import check_problem
+from tunekit.fleet.queue import IDLE_POLL_S, Claim, Job, JobQueue
+from tunekit.store.entry import Entry
+from tunekit.tuning.storage import Lease
+
+if TYPE_CHECKING:
+    from tunekit.store.entry import TrialRecord
+    from tunekit.store.store import Store
+    from tunekit.tuning.bench import Timer
+    from tunekit.tuning.isolation import IsolatedBench, Spawned
+    from tunekit.tuning.tuner import Bench, TuneReport
+
+logger = logging.getLogger("tunekit")
+
+
+PHASES = ("claim", "setup", "measure", "search", "cache", "queue")
+
+
+@dataclass
+class JobTimes:
+    """Where one job's seconds went in the worker that ran it (wall clock, seconds)."""
+
+    job: str = ""
+    outcome: str = ""  # done, failed or lost
+    claim: float = 0.0  # reaping stale jobs and claiming this one: storage transactions
+    setup: float = 0.0  # the bench for this problem: an isolation worker started or switched, inputs built
+    measure: float = 0.0  # candidates compiled, verified and timed (the bench's own time)
+    search: float = 0.0  # the rest of tune(): the sampler and the job's tuning study in the storage
+    cache: float = 0.0  # this machine's device-keyed cache, written after every measurement and at the end
+    queue: float = 0.0  # the result (or failure) written to the queue
+    bench_pid: int | None = None  # the isolation worker that measured the job; None in this process
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {getattr(self, name):.2f}" for name in PHASES[1:]) + " s"
+
+
+@dataclass
+class WorkerReport:
+    done: int = 0
+    failed: int = 0
+    lost: int = 0  # leases that lapsed while this worker tuned: the job went to another worker
+    jobs: list[JobTimes] = field(default_factory=list)
+    boot_s: float = 0.0  # process start to work(): the interpreter and imports (0 where unknown)
+    open_s: float = 0.0  # the queue, the device fingerprint and the cache opened
+    idle_s: float = 0.0  # polling while other workers' jobs ran
+    wall_s: float = 0.0  # work() from start to end
+    bench_started: int = 0  # isolation worker processes started: 1 when one served every job
+
+    def phases(self) -> dict[str, float | int]:
+        """Totals per phase over the worker's life, for `tests/gpu/fleet_scaling.sh`."""
+        totals: dict[str, float | int] = {"boot": self.boot_s, "open": self.open_s}
+        for name in PHASES:
+            totals[name] = sum(getattr(t, name) for t in self.jobs)
+        totals |= {"idle": self.idle_s, "wall": self.boot_s + self.wall_s}
+        totals = {k: round(float(v), 3) for k, v in totals.items()}
+        return totals | {"jobs": len(self.jobs), "bench_started": self.bench_started}
+
+
+class WorkerBench:
+    """Where a worker's jobs are measured, for the worker's lifetime.
+
+    Isolated (on a GPU, as tune() decides, or forced with `isolate=True`): one isolation worker process serves every
+    job, switched to each job's problem, so torch, Triton, the CUDA context and Triton's compiled kernels cost once
+    per worker rather than once per job. Otherwise candidates run in this process, as tune() would run them.
+    """
+
+    def __init__(self, timer: Timer | None = None, isolate: bool | None = None) -> None:
+        from tunekit.tuning.bench import default_timer
+        from tunekit.tuning.tuner import TuneOptions, _isolation
+
+        self.timer = timer or default_timer()
+        options = TuneOptions(isolate=isolate)
+        self.candidate_timeout_s = options.candidate_timeout_s
+        self._described = _isolation(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
+        self.isolated: IsolatedBench | None = None
+        self._spawned: Spawned | None = None
+        if self._described is not None:
+            from tunekit.tuning.isolation import prespawn
+
+            # Started now, the isolation worker's interpreter, imports and CUDA context (seconds) overlap the
+            # queue, the cache and the first claim instead of following them.
+            self._spawned = prespawn()
+
+    def open(self, spec: KernelSpec, problem: dict[str, Value], seed: int) -> Bench:
+        """The bench for one job, ready to measure (a load failure raises TunekitError: the job's failure)."""
+        from tunekit.tuning.tuner import InProcessBench
+
+        if self._described is None:
+            return InProcessBench(spec, problem, seed, self.timer)
+        if self.isolated is None:
+            from tunekit.tuning.isolation import IsolatedBench
+
+            self.isolated = IsolatedBench(
+                spec,
+                problem,
+                seed,
+                self._described,
+                self.candidate_timeout_s,
+                label=self.timer.label,
+                spawned=self._spawned,
+            )
+            self._spawned = None
+        else:
+            self.isolated.retarget(spec, problem, seed, timer=self._described, label=self.timer.label)
+        self.isolated.start()
+        return self.isolated
+
+    @property
+    def started(self) -> int:
+        return self.isolated.started if self.isolated is not None else int(self._spawned is not None)
+
+    @property
+    def restarts(self) -> int:
+        return self.isolated.restarts if self.isolated is not None else 0
+
+    def close(self) -> None:
+        if self._spawned is not None:  # no job came
+            self._spawned.close()
+            self._spawned = None
+        if self.isolated is not None:
+            self.isolated.close()
+
+
+class _TimedBench:
+    """A bench that adds up the seconds spent in it: a job's `measure` phase."""
+
+    def __init__(self, inner: Bench) -> None:
+        self.inner = inner
+        self.label = inner.label
+        self.seconds = 0.0
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
+        start = time.perf_counter()
+        try:
+            return self.inner.measure(config, verify_seed)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def retime(self, config: Config) -> TrialRecord:
+        start = time.perf_counter()
+        try:
+            return self.inner.retime(config)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def run_job(
+    job: Job,
+    store: Store,
+    tuning_storage: str | None,
+    bench: WorkerBench | None = None,
+    times: JobTimes | None = None,
+) -> tuple[Entry, TuneReport]:
+    """Tune one job on this process's device; the result is merged into `store` (the device-keyed cache).
+
+    `bench` is the worker's (reused across jobs); without one, a bench is made for this job and closed after it.
+    `times` receives the job's setup, measure, search and cache phases.
+    """
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+
+    times = times if times is not None else JobTimes()
+    benches = bench if bench is not None else WorkerBench()
+    try:
+        spec = get_spec(job.kernel)
+        problem = check_problem(spec, job.problem)
+        device = fingerprint()
+        options = TuneOptions(
+            trials=job.trials, timeout_s=job.timeout_s, sampler=job.sampler, seed=job.seed, storage=tuning_storage
+        )
+        cache_s = 0.0
+
+        def put(entry: Entry) -> Entry:
+            nonlocal cache_s
+            start = time.perf_counter()
+            try:
+                return store.put(entry)
+            finally:
+                cache_s += time.perf_counter() - start
+
+        started = time.perf_counter()
+        measured = _TimedBench(benches.open(spec, problem, job.seed))
+        times.setup = time.perf_counter() - started
+        times.bench_pid = benches.isolated.pid if benches.isolated is not None else None
+        restarts = benches.restarts
+        started = time.perf_counter()
+        try:
+            entry, report = tune_and_store(
+                spec, problem, device, options, store, put=put, timer=benches.timer, bench=measured
+            )
+        finally:
+            times.measure, times.cache = measured.seconds, cache_s
+            times.search = time.perf_counter() - started - measured.seconds - cache_s
+        report.isolated = benches.isolated is not None
+        report.restarts = benches.restarts - restarts
+        times.cache = cache_s
+        return entry, report
+    finally:
+        if bench is None:
+            benches.close()
+
+
+def interleave_kernels(jobs: Iterable[Job]) -> list[Job]:
+    """The jobs round-robin over their kernels, each kernel's jobs in their order (the queue's claim order).
+
+    Workers claim in queue order. With one kernel's jobs in a row, workers starting together all compile that
+    kernel's configs at once, each for itself; interleaved, they start on different kernels, and a worker's first
+    job of a kernel another worker has tuned finds its compiled configs in the shared Triton cache.
+    """
+    by_kernel: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_kernel.setdefault(job.kernel, []).append(job)
+    rounds = max((len(group) for group in by_kernel.values()), default=0)
+    return [group[i] for i in range(rounds) for group in by_kernel.values() if i < len(group)]
+
+
+def work(
+    url: str,
+    queue: str = "default",
+    lease: Lease | None = None,
+    *,
+    max_jobs: int | None = None,
+    say: Callable[[str], None] = print,
+    isolate: bool | None = None,
+    timer: Timer | None = None,
+) -> WorkerReport:
+    """Claim, tune and complete jobs until none is queued or running (or `max_jobs` were taken).
+
+    With leases, an idle worker keeps polling while other workers' jobs run: a job whose worker dies comes back.
+    Candidates run as tune() would run them (isolated on a GPU; `isolate` as TuneOptions.isolate), but one
+    isolation worker process serves all the jobs (WorkerBench). `timer` defaults to the device's.
+    The report (and the last line said) holds each phase's seconds.
+    """
+    from tunekit.core.device import fingerprint
+    from tunekit.store.store import Store
+
+    began = time.perf_counter()
+    report = WorkerReport(boot_s=_process_age_s())
+    q = JobQueue(url, queue, lease)
+    device = fingerprint()
+    me = f"{socket.gethostname()}:{os.getpid()} {device.label} ({device.key[:8]})"
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    say(f"worker {me}: queue {queue!r} at {url}" + (f", CUDA_VISIBLE_DEVICES={gpu}" if gpu is not None else ""))
+    bench = WorkerBench(timer, isolate)
+    try:
+        with Store() as store:
+            report.open_s = time.perf_counter() - began
+            while max_jobs is None or report.done + report.failed + report.lost < max_jobs:
+                started = time.perf_counter()
+                q.reap()
+                claim = q.claim(me)
+                if claim is None:
+                    if q.lease is not None and q.any_running():
+                        time.sleep(IDLE_POLL_S)  # short: the last job's end is also when every worker may exit
+                        report.idle_s += time.perf_counter() - started
+                        continue
+                    break
+                times = JobTimes(job=claim.job.describe(), claim=time.perf_counter() - started)
+                report.jobs.append(times)
+                _run_claimed(q, claim, store, bench, times, report, say)
+    finally:
+        report.bench_started = bench.started
+        bench.close()  # also on Ctrl-C and SIGTERM (KeyboardInterrupt): the isolation worker never outlives us
+    report.wall_s = time.perf_counter() - began
+    say(f"worker {me}: {report.done} done, {report.failed} failed, {report.lost} handed on")
+    say(f"worker {me}: phases (s) {json.dumps(report.phases())}")
+    return report
+
+
+def _run_claimed(
+    q: JobQueue,
+    claim: Claim,
+    store: Store,
+    bench: WorkerBench,
+    times: JobTimes,
+    report: WorkerReport,
+    say: Callable[[str], None],
+) -> None:
+    """Tune a claimed job and record its outcome in the queue (and its phases in `times`)."""
+    start = time.monotonic()
+    try:
+        entry, tuned = run_job(claim.job, store, q.tuning_storage, bench, times)
+    except Exception as exc:  # the job's failure, not the worker's: recorded, and on to the next
+        reason = str(exc) if isinstance(exc, TunekitError) else f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, TunekitError):
+            logger.exception("tunekit: job %s raised", claim.job.describe())
+        written = time.perf_counter()
+        q.fail(claim, reason)
+        times.queue, times.outcome = time.perf_counter() - written, "failed"
+        report.failed += 1
+        say(f"  {claim.job.describe()}: failed: {reason}")
+        return
+    except BaseException:  # KeyboardInterrupt (Ctrl-C, SIGTERM), SystemExit: hand the job on, then stop
+        q.release(claim)
+        raise
+    elapsed = time.monotonic() - start
+    written = time.perf_counter()
+    completed = q.complete(claim, entry)
+    times.queue = time.perf_counter() - written
+    if completed:
+        times.outcome = "done"
+        report.done += 1
+        say(
+            f"  {claim.job.describe()}: done in {elapsed:.1f} s, best {entry.time_ms:.4f} ms "
+            f"({tuned.benchmarked} new, {tuned.reused} reused; {times.describe()})"
+        )
+    else:
+        times.outcome = "lost"
+        report.lost += 1
+        say(f"  {claim.job.describe()}: lease lapsed while tuning; another worker has the job")
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux; 0 elsewhere): its interpreter and imports before work()."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def gpu_slots() -> list[str]:
+    """The GPUs local workers are pinned to, one each (CUDA_VISIBLE_DEVICES values); none in the interpreter."""
+    from tunekit.core import backend
+
+    if backend.INTERPRETED:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def cpu_share(workers: int) -> int:
+    """Host cores per local worker (at least one)."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = None) -> list[int]:
+    """Run `n` worker processes here (worker i on GPU i, round robin), wait for all; their exit statuses.
+
+    Interrupted (Ctrl-C), the workers still running are sent SIGTERM: each gives its job back to the queue.
+    """
+    lease = lease or Lease()
+    slots = gpu_slots()
+    command = [sys.executable, "-m", "tunekit.cli", "worker", "--storage", url, "--queue", queue]
+    command += ["--heartbeat", str(lease.heartbeat_s), "--lease", str(lease.timeout_s)]
+    command += ["--max-retries", str(lease.max_retries)]
+    procs: list[subprocess.Popen[bytes]] = []
+    previous = signal.getsignal(signal.SIGTERM)
+    with suppress(ValueError):  # not the main thread: Ctrl-C alone stops the workers
+        signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the workers are stopped as for Ctrl-C
+    try:
+        for i in range(n):
+            env = dict(os.environ)
+            if slots:
+                env["CUDA_VISIBLE_DEVICES"] = slots[i % len(slots)]
+            # Each worker's CPU work (torch ops on the host, Triton's compiler) gets its share of the cores rather
+            # than every worker starting one thread per core and all of them contending.
+            env.setdefault("OMP_NUM_THREADS", str(cpu_share(n)))
+            procs.append(subprocess.Popen(command, env=env))
+        return [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        with suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
+
+
+def stop_as_interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
