@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
-
-if TYPE_CHECKING:
-    pass
 
 
 def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -22,9 +22,6 @@ from tunekit.core.space import Value
 from tunekit.fleet.owner import describe_owner, owner_alive, owner_record
 from tunekit.store.entry import Entry, merge_entries
 from tunekit.tuning.storage import Lease, is_journal, open_storage, quiet_experimental
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("tunekit")
 

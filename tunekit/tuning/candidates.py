@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 
 from tunekit.core.space import Config, config_id
 from tunekit.store.entry import TrialRecord
-
-if TYPE_CHECKING:
-    pass
-
 
 TUNEKIT_ATTR = "tunekit"
 
@@ -42,3 +39,28 @@ def records_from_study(study: optuna.Study) -> list[TrialRecord]:
         if data is not None:
             records.append(TrialRecord.from_json(data))
     return records
+
+
+def confirm_best(seen: Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:
+    """Re-measure the few fastest before declaring a winner: one lucky sample must not win.
+
+    A contender that fails when measured again is recorded as failed and the next fastest takes its place.
+    """
+    ok = seen.ok()
+    if not ok:
+        return None
+    if len(ok) == 1 or top <= 1:
+        return ok[0]
+    timed: list[tuple[float, TrialRecord]] = []
+    for record in ok:
+        if len(timed) >= top:
+            break
+        again = retime(record.config)
+        if again.status != "ok" or again.time_ms is None:
+            seen.add(TrialRecord(record.config, "failed", error=f"failed when measured again: {again.error}"))
+            continue
+        timed.append((min(again.time_ms, record.time_ms or again.time_ms), record))
+    if not timed:
+        return None
+    best_time, best = min(timed, key=lambda t: t[0])
+    return TrialRecord(best.config, "ok", time_ms=best_time)

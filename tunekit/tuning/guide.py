@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.device_limits import DeviceLimits, device_limits
@@ -16,10 +15,6 @@ from tunekit.store.entry import Entry
 from tunekit.store.nearest import nearest_entry
 from tunekit.tuning import model
 from tunekit.tuning.candidates import Candidates
-
-if TYPE_CHECKING:
-    pass
-
 
 MODEL_SEEDS = 8  # top-modelled configs measured right after the heuristic (one per tile family first)
 

@@ -8,16 +8,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy.exc
 from optuna.exceptions import ExperimentalWarning, StorageInternalError
 from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from tunekit.core.errors import TunekitError
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

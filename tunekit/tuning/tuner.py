@@ -33,7 +33,7 @@ from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import Timer, default_timer, is_builtin_timer, timer_to_json
-from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, records_from_study
+from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, confirm_best, records_from_study
 from tunekit.tuning.guide import ModelGuide
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
@@ -198,14 +198,7 @@ def tune(
         valid = guide.kept  # best modelled first: the idle fallback follows the model
     timer_json = _isolation(options, timer)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=study_name(key, spec.problem_fields),
-        storage=open_storage(options.storage) if options.storage else None,
-        sampler=make_sampler(options.sampler, options.seed),
-        direction="minimize",
-        load_if_exists=True,
-    )
+    study = _open_study(key, spec, options)
     seen = Candidates(list(previous.trials if previous else ()) + records_from_study(study))
     stored = len(seen.by_id)
     budget = options.trials if options.force else max(0, options.trials - stored)
@@ -215,118 +208,183 @@ def tune(
         reason = ALREADY_TUNED if budget == 0 else "space exhausted"
         entry = _recorded_entry(key, previous, seen, device, options, timer.label)
         if entry is None:
-            raise TunekitError(
-                f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
-            )
+            raise _all_failed(spec, problem)
         return TuneReport(entry=entry, stop_reason=reason, stored_trials=stored, elapsed_s=clock() - start)
     rng = random.Random(options.seed)
-    unseen = [c for c in valid if c not in seen]
-    if guide is None:
-        rng.shuffle(unseen)  # with the model, unseen stays in modelled order: the idle fallback follows it
-    allowed = {config_id(c) for c in valid}
-    # The heuristic default goes first, so a tuned result is never worse than the untuned one.
-    heuristic = dict(spec.heuristic(problem, device))
-    queue = [heuristic] if heuristic not in seen else []
-    warm = _warm_configs(spec, problem, device, [*warm_start, *(guide.nearest if guide else ())], seen, queue)
-    queue += warm
-    report = TuneReport(entry=None, warm_started=len(warm), stored_trials=stored, budget=budget)  # type: ignore[arg-type]  # filled below
-    if guide is not None:
-        report.model_pruned = guide.pruned
-        queued = {config_id(c) for c in queue}
-        queue += [c for c in guide.seeds if config_id(c) not in queued and c not in seen]
-    allowed |= {config_id(c) for c in queue}  # the heuristic is measured even where the model would prune it
-    if options.sampler == "exhaustive":
-        queued = {config_id(c) for c in queue}
-        queue += [c for c in unseen if config_id(c) not in queued]
-    for config in queue:
-        study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
-
-    idle = 0
-    n_valid = len(valid)
-    owned: IsolatedBench | None = None
-    if bench is None:
-        if timer_json is not None:
-            from tunekit.tuning.isolation import IsolatedBench
-
-            owned = IsolatedBench(
-                spec, problem, options.seed, timer_json, options.candidate_timeout_s, label=timer.label
-            )
-            report.isolated = True
-            bench = owned
-        else:
-            bench = InProcessBench(spec, problem, options.seed, timer)
-    active = bench
-
-    def measure_one(config: Config) -> TrialRecord:
-        return active.measure(config, rng.randrange(2**31))
-
-    stop_requested = False  # on_trial returned True: the caller has seen enough (the efficiency benchmark)
+    search = _Search(spec, problem, device, options, key, study, seen, valid, guide, budget, rng)
+    search.report.stored_trials = stored
+    search.enqueue_first([*warm_start, *(guide.nearest if guide else ())])
+    owned, bench = _bench_for(search, bench, timer, timer_json)
     try:
-        while True:
-            if stop_requested:
-                report.stop_reason = "stopped by caller"
-                break
-            if report.benchmarked >= budget:
-                report.stop_reason = "trial budget"
-                break
-            if options.timeout_s is not None and clock() - start >= options.timeout_s:
-                report.stop_reason = "time budget"
-                break
-            if sum(1 for c in valid if c in seen) >= n_valid:
-                report.stop_reason = "space exhausted"
-                break
-            if guide is not None and not _waiting(study):
-                step = guide.next_config(seen)
-                if step is not None:
-                    study.enqueue_trial(spec.space.encode(step))
-            if idle >= _MAX_IDLE_ASKS:
-                # The sampler keeps proposing invalid or measured configs: hand it an unseen valid one.
-                fresh = next(c for c in unseen if c not in seen)
-                study.enqueue_trial(spec.space.encode(fresh))
-                idle = 0
-            trial = study.ask()
-            config = spec.space.suggest(trial)
-            if config_id(config) not in allowed:  # breaks a rule of the space, or the model pruned it
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                report.pruned += 1
-                idle += 1
-                continue
-            if config in seen:
-                record = seen.get(config)
-                report.reused += 1
-                idle += 1
-            else:
-                record = measure_one(config)
-                seen.add(record)
-                report.benchmarked += 1
-                report.records.append(record)
-                idle = 0
-                if on_trial is not None and on_trial(record, report.benchmarked):
-                    stop_requested = True
-                ok = seen.ok()
-                if checkpoint is not None and ok:
-                    # Saved after every measurement: a killed run loses at most the trial in flight.
-                    checkpoint(_entry(key, ok[0], device, options, active.label, seen))
-            trial.set_user_attr(TUNEKIT_ATTR, record.to_json())
-            for name, value in config.items():
-                # The config as the kernel sees it, one attribute per parameter: the sampler's own parameters
-                # are encoded (log2_BLOCK_M=7 for BLOCK_M=128), and optuna-dashboard shows both.
-                trial.set_user_attr(name, value)
-            # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
-            study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
-
-        best = _confirm_best(seen, options.remeasure_top, active.retime)
+        search.run(bench, clock, start, on_trial, checkpoint)
+        best = confirm_best(seen, options.remeasure_top, bench.retime)
     finally:
         if owned is not None:
             owned.close()
-            report.restarts = owned.restarts
+            search.report.restarts = owned.restarts
     if best is None:
-        raise TunekitError(
-            f"every measured config of {spec.name} failed or was wrong for {spec.describe_problem(problem)}"
-        )
-    report.elapsed_s = clock() - start
-    report.entry = _entry(key, best, device, options, active.label, seen)
-    return report
+        raise _all_failed(spec, problem)
+    search.report.elapsed_s = clock() - start
+    search.report.entry = _entry(key, best, device, options, bench.label, seen)
+    return search.report
+
+
+def _all_failed(spec: KernelSpec, problem: Problem) -> TunekitError:
+    what = spec.describe_problem(problem)
+    return TunekitError(f"every measured config of {spec.name} failed or was wrong for {what}")
+
+
+def _open_study(key: CacheKey, spec: KernelSpec, options: TuneOptions) -> optuna.Study:
+    """The problem's study: in `options.storage` when given (resumed where a run left off), else in memory."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=study_name(key, spec.problem_fields),
+        storage=open_storage(options.storage) if options.storage else None,
+        sampler=make_sampler(options.sampler, options.seed),
+        direction="minimize",
+        load_if_exists=True,
+    )
+
+
+def _bench_for(
+    search: _Search, bench: Bench | None, timer: Timer, timer_json: dict[str, Any] | None
+) -> tuple[IsolatedBench | None, Bench]:
+    """The caller's bench, else one of ours (returned first too: ours to close): isolated or in this process."""
+    if bench is not None:
+        return None, bench
+    if timer_json is None:
+        return None, InProcessBench(search.spec, search.problem, search.options.seed, timer)
+    from tunekit.tuning.isolation import IsolatedBench
+
+    owned = IsolatedBench(
+        search.spec,
+        search.problem,
+        search.options.seed,
+        timer_json,
+        search.options.candidate_timeout_s,
+        label=timer.label,
+    )
+    search.report.isolated = True
+    return owned, owned
+
+
+class _Search:
+    """One problem's search loop over an Optuna study: what is queued, allowed and measured, and the report."""
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        device: DeviceFingerprint,
+        options: TuneOptions,
+        key: CacheKey,
+        study: optuna.Study,
+        seen: Candidates,
+        valid: list[dict[str, Value]],
+        guide: ModelGuide | None,
+        budget: int,
+        rng: random.Random,
+    ) -> None:
+        self.spec, self.problem, self.device, self.options, self.key = spec, problem, device, options, key
+        self.study, self.seen, self.valid, self.guide, self.budget, self.rng = study, seen, valid, guide, budget, rng
+        self.unseen = [c for c in valid if c not in seen]
+        if guide is None:
+            rng.shuffle(self.unseen)  # with the model, unseen stays in modelled order: the idle fallback follows it
+        self.allowed = {config_id(c) for c in valid}
+        self.report = TuneReport(entry=None, budget=budget)  # type: ignore[arg-type]  # filled by tune()
+        self.idle = 0
+
+    def enqueue_first(self, related: list[Entry]) -> None:
+        """The heuristic default first (a tuned result is never worse than the untuned one), then the related
+        entries' best configs, the model's seeds, and with the exhaustive strategy every unseen config."""
+        spec, seen, guide = self.spec, self.seen, self.guide
+        heuristic = dict(spec.heuristic(self.problem, self.device))
+        queue = [heuristic] if heuristic not in seen else []
+        warm = _warm_configs(spec, self.problem, self.device, related, seen, queue)
+        queue += warm
+        self.report.warm_started = len(warm)
+        if guide is not None:
+            self.report.model_pruned = guide.pruned
+            queued = {config_id(c) for c in queue}
+            queue += [c for c in guide.seeds if config_id(c) not in queued and c not in seen]
+        self.allowed |= {config_id(c) for c in queue}  # the heuristic is measured even where the model would prune it
+        if self.options.sampler == "exhaustive":
+            queued = {config_id(c) for c in queue}
+            queue += [c for c in self.unseen if config_id(c) not in queued]
+        for config in queue:
+            self.study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
+
+    def stop_reason(self, clock: Callable[[], float], start: float) -> str | None:
+        if self.report.benchmarked >= self.budget:
+            return "trial budget"
+        if self.options.timeout_s is not None and clock() - start >= self.options.timeout_s:
+            return "time budget"
+        if sum(1 for c in self.valid if c in self.seen) >= len(self.valid):
+            return "space exhausted"
+        return None
+
+    def run(
+        self,
+        bench: Bench,
+        clock: Callable[[], float],
+        start: float,
+        on_trial: Callable[[TrialRecord, int], bool | None] | None,
+        checkpoint: Callable[[Entry], object] | None,
+    ) -> None:
+        """Ask, check, measure (or answer from the record) and tell, until a budget or the space runs out."""
+        stop_requested = False  # on_trial returned True: the caller has seen enough (the efficiency benchmark)
+        while True:
+            reason = "stopped by caller" if stop_requested else self.stop_reason(clock, start)
+            if reason is not None:
+                self.report.stop_reason = reason
+                return
+            trial = self._next_trial()
+            config = self.spec.space.suggest(trial)
+            if config_id(config) not in self.allowed:  # breaks a rule of the space, or the model pruned it
+                self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                self.report.pruned += 1
+                self.idle += 1
+                continue
+            if config in self.seen:
+                record = self.seen.get(config)
+                self.report.reused += 1
+                self.idle += 1
+            else:
+                record = bench.measure(config, self.rng.randrange(2**31))
+                self.seen.add(record)
+                self.report.benchmarked += 1
+                self.report.records.append(record)
+                self.idle = 0
+                if on_trial is not None and on_trial(record, self.report.benchmarked):
+                    stop_requested = True
+                ok = self.seen.ok()
+                if checkpoint is not None and ok:
+                    # Saved after every measurement: a killed run loses at most the trial in flight.
+                    checkpoint(_entry(self.key, ok[0], self.device, self.options, bench.label, self.seen))
+            self._tell(trial, config, record)
+
+    def _next_trial(self) -> optuna.trial.Trial:
+        """The next trial to ask for, after queueing the model's next step or, when the sampler keeps proposing
+        invalid or measured configs, an unseen valid one."""
+        study, space = self.study, self.spec.space
+        if self.guide is not None and not _waiting(study):
+            step = self.guide.next_config(self.seen)
+            if step is not None:
+                study.enqueue_trial(space.encode(step))
+        if self.idle >= _MAX_IDLE_ASKS:
+            fresh = next(c for c in self.unseen if c not in self.seen)
+            study.enqueue_trial(space.encode(fresh))
+            self.idle = 0
+        return study.ask()
+
+    def _tell(self, trial: optuna.trial.Trial, config: Config, record: TrialRecord) -> None:
+        trial.set_user_attr(TUNEKIT_ATTR, record.to_json())
+        for name, value in config.items():
+            # The config as the kernel sees it, one attribute per parameter: the sampler's own parameters
+            # are encoded (log2_BLOCK_M=7 for BLOCK_M=128), and optuna-dashboard shows both.
+            trial.set_user_attr(name, value)
+        # Wrong and failed configs are told as infinitely slow, so the sampler learns to avoid their region.
+        self.study.tell(trial, record.time_ms if record.status == "ok" else math.inf)
 
 
 def _waiting(study: optuna.Study) -> bool:
@@ -420,26 +478,3 @@ def _recorded_entry(
     return _entry(key, ok[0], device, options, timer_label, seen) if ok else None
 
 
-def _confirm_best(seen: Candidates, top: int, retime: Callable[[Config], TrialRecord]) -> TrialRecord | None:
-    """Re-measure the few fastest before declaring a winner: one lucky sample must not win.
-
-    A contender that fails when measured again is recorded as failed and the next fastest takes its place.
-    """
-    ok = seen.ok()
-    if not ok:
-        return None
-    if len(ok) == 1 or top <= 1:
-        return ok[0]
-    timed: list[tuple[float, TrialRecord]] = []
-    for record in ok:
-        if len(timed) >= top:
-            break
-        again = retime(record.config)
-        if again.status != "ok" or again.time_ms is None:
-            seen.add(TrialRecord(record.config, "failed", error=f"failed when measured again: {again.error}"))
-            continue
-        timed.append((min(again.time_ms, record.time_ms or again.time_ms), record))
-    if not timed:
-        return None
-    best_time, best = min(timed, key=lambda t: t[0])
-    return TrialRecord(best.config, "ok", time_ms=best_time)
