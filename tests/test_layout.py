@@ -44,7 +44,7 @@ LONG_MODULES: dict[str, str] = {
     )
 }
 LONG_FUNCTIONS: dict[str, str] = {
-    f: _NEXT for f in ("tunekit.cli.tune", "tunekit.store.database.validate_entry")
+    f: _NEXT for f in ("tunekit.cli.tune",)
 }
 
 

@@ -243,7 +243,18 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     _check_rules(spec, config, problem, device, where + ".best")
     floor_ms = time_floor_ms(spec, problem)
     _validate_time(data["best"].get("time_ms"), where + ".best", floor_ms)
-    trials = data.get("trials", [])
+    _validate_trials(data.get("trials", []), spec, problem, device, where, floor_ms)
+    try:
+        return Entry.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatabaseError(f"{where}: malformed ({exc})") from None
+
+
+def _validate_trials(
+    trials: Any, spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, where: str, floor_ms: float
+) -> None:
+    """An entry's trial records: statuses, configs in the space, the rules and time floors of the measured ones."""
+    kernel = spec.name
     _require(isinstance(trials, list), where, "trials must be a list")
     for j, trial in enumerate(trials):
         twhere = f"{where}.trials[{j}]"
@@ -266,10 +277,6 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
         _require(
             error is None or isinstance(error, str), twhere, f"error must be a string or null, but got {brief(error)}"
         )
-    try:
-        return Entry.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatabaseError(f"{where}: malformed ({exc})") from None
 
 
 # --- reading: bounded, one entry at a time --------------------------------------------------------------------------
