@@ -196,7 +196,8 @@ def _liger(rms: bool) -> Callable[..., torch.Tensor] | None:
         if rms:
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-            return lambda x, w, b, eps: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)  # not in place: dy is reused
+            # offset 0, llama casting, not in place: dy is reused across reps
+            return lambda x, w, b, eps: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
         return lambda x, w, b, eps: LigerLayerNormFunction.apply(x, w, b, eps)
