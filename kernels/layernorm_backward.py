@@ -5,11 +5,25 @@ With x̂ = (x - mean) * rstd and g = dy * w:
 
     dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)),    dweight = Σ_rows dy * x̂,    dbias = Σ_rows dy
 
-A program owns ROWS_PER_PROGRAM consecutive rows and writes their dweight/dbias sums into its own fp32 partial
-row of a workspace [programs, N]; `_sum_partials` then adds the partial rows in a fixed order. No atomics: the
-result is bitwise deterministic for a given config. Two variants (see search_spaces/layernorm_backward.py):
-`single` holds [ROWS, BLOCK_N] tiles of whole rows in registers; `looped` walks one row in BLOCK_N chunks twice
-(one pass of per-lane Welford mean/M2 and co-moment of x and g, then dx), adding into its workspace row in memory.
+Persistent grid: min(tiles, PROGRAMS_PER_SM × SMs) programs (SMs from the device fingerprint; the interpreter,
+which has none, counts 2 so CPU tests run several programs). Program p takes row tiles p, p + programs, ...:
+at any moment neighbouring programs read neighbouring rows (DRAM pages stay open, every row load is a coalesced
+run of one row), the split is fixed by (M, config, SM count), and programs differ by at most one tile. Each keeps
+its dweight/dbias sums in fp32 registers for its whole run and writes ONE partial row of a workspace
+[programs, N] at the end; `_sum_partials` adds those rows in a fixed order. The workspace is a few rows per SM
+(PROGRAMS_PER_SM is searched, 1-8, kept to counts whose programs are resident at once), not one per row block:
+before this design, workspace traffic and its reduction cost more than the gradients (0.23 of copy bandwidth at
+2048×16384). No atomics: the result is bitwise repeatable for a config on a device.
+
+Two variants (see search_spaces/layernorm_backward.py): `single` holds [ROWS, BLOCK_N] tiles of whole rows in
+registers and reads x and dy once (up to 8192 columns: 32 warps at 8 elements a thread fit 64 registers); the
+weight is re-read per tile (an L1 hit) rather than held, which keeps one register per element free for that.
+`looped` walks one row in BLOCK_N chunks twice (one pass of per-lane Welford mean/M2 and co-moment of x and g,
+then dx), adding into its workspace row in memory. Looped is for rows wider than 8192, outside the widths this
+kernel is tuned for; it was kept rather than split into column blocks: a column split keeps dweight slices in
+registers but needs every row's mean(g) and mean(g·x̂) first, i.e. a statistics pass reading x and dy again
+(10 bytes moved per bf16 element instead of 6), and the looped re-read mostly hits L2 for one row.
+Loads keep the DIV trick (a power of two dividing N and the row strides) for 16-byte vectors on odd widths.
 
 The same kernels compute RMSNorm's backward (IS_RMS: no mean, no dbias); kernels/rmsnorm_backward.py declares it.
 
@@ -31,13 +45,12 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from tunekit.core.device import fingerprint
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
-    cdiv,
     check_shape,
     element_bytes,
-    next_pow2,
     normal_sampler,
     pow2_divisor,
     prev_pow2,
@@ -48,7 +61,7 @@ from tunekit.kernels.common import (
 from tunekit.kernels.layernorm import ROWS_USAGE
 from tunekit.kernels.rmsnorm import GPU_SHAPES
 from tunekit.kernels.rows_model import backward_model, norm_params
-from tunekit.search_spaces.layernorm_backward import MAX_ROWS_PER_PROGRAM, SPACE
+from tunekit.search_spaces.layernorm_backward import MAX_BLOCK_N, SPACE, persistent_programs
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
 
 if TYPE_CHECKING:
@@ -56,8 +69,8 @@ if TYPE_CHECKING:
 
 DEFAULT_EPS = 1e-5
 # The partial-sum reduction: a program adds 32 columns (one 128-byte line of fp32 per partial row), 64 rows at a
-# time. It reads programs * N * 4 bytes per gradient (mostly from L2, just written): ROWS_PER_PROGRAM sets the
-# program count, so the tuner weighs this traffic against the main kernel's parallelism.
+# time, in partial-row order. It reads programs * N * 4 bytes per gradient (mostly from L2, just written):
+# PROGRAMS_PER_SM sets the program count, so the tuner weighs this traffic against latency hiding.
 SUM_BLOCK_N = 32
 SUM_BLOCK_G = 64
 SUM_WARPS = 4
@@ -73,7 +86,7 @@ def _norm_bwd_single(
     DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
     M, N, stride_x, stride_dy, stride_dx, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr, DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 ):  # fmt: skip
     # Triton only learns that a size is a multiple of 16; DIV, a power of two the host found dividing N and every
     # row stride, restores 16-byte vector loads for rows like 3000 fp16 values (as in kernels/layernorm.py).
@@ -82,16 +95,16 @@ def _norm_bwd_single(
     stride_dy = stride_dy // DIV * DIV
     stride_dx = stride_dx // DIV * DIV
     pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    # Row-wise sums stay [ROWS, BLOCK_N] across tiles; the cross-row reduction happens once, at the end.
+    # The program's dweight/dbias sums stay in registers for its whole run; the cross-row sum happens once, at
+    # the end, into the program's one partial row.
     dw_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    first_row = pid * ROWS_PER_PROGRAM
-    for i in range(0, ROWS_PER_PROGRAM, ROWS):
-        rows = first_row + i + tl.arange(0, ROWS)
+    # Persistent: tile t goes to program t % programs, so neighbouring programs read neighbouring rows at once.
+    for tile in tl.range(pid, tl.cdiv(M, ROWS), n_programs):
+        rows = tile * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
         mask = row_ok[:, None] & col_mask[None, :]
         rows64 = rows.to(tl.int64)[:, None]  # M * N may exceed 2**31 elements
@@ -105,7 +118,12 @@ def _norm_bwd_single(
         # Masked-off rows get rstd 0, not rsqrt(eps): with eps = 0 that is inf, and 0 * inf would poison dweight.
         rstd = tl.where(row_ok, tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps), 0.0)
         xhat = xc * rstd[:, None]
-        g = dy * w[None, :] if HAS_WEIGHT else dy
+        if HAS_WEIGHT:
+            # Loaded per tile, not held across tiles: an L1 hit, and one fp32 register per element less to hold.
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+            g = dy * w[None, :]
+        else:
+            g = dy
         c1 = tl.sum(xhat * g, axis=1) / N
         if IS_RMS:
             dx = (g - xhat * c1[:, None]) * rstd[:, None]
@@ -134,26 +152,26 @@ def _norm_bwd_looped(
     DB_PART,  # [programs, N] fp32 partial dbias sums, contiguous (written only when WANT_DB)
     M, N, stride_x, stride_dy, stride_dx, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr, DIV: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     N = N // DIV * DIV  # see _norm_bwd_single
     stride_x = stride_x // DIV * DIV
     stride_dy = stride_dy // DIV * DIV
     stride_dx = stride_dx // DIV * DIV
     pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(N, BLOCK_N)
     # Each program owns one workspace row; nobody else reads or writes it until _sum_partials.
     dw_part = DW_PART + pid.to(tl.int64) * N
     db_part = DB_PART + pid.to(tl.int64) * N
     lane_count = ((N - cols + BLOCK_N - 1) // BLOCK_N).to(tl.float32)
-    row_start = pid * ROWS_PER_PROGRAM
-    row_end = tl.minimum(row_start + ROWS_PER_PROGRAM, M)
-    # Row pointers start in int64 (M * N may exceed 2**31 elements) and advance by one stride per row.
-    x_row = X + row_start.to(tl.int64) * stride_x
-    dy_row = DY + row_start.to(tl.int64) * stride_dy
-    dx_row = DX + row_start.to(tl.int64) * stride_dx
-    for row in range(row_start, row_end):
+    # Persistent: row r goes to program r % programs (as the single variant's tiles). Row pointers start in int64
+    # (M * N may exceed 2**31 elements) and advance by `programs` rows.
+    x_row = X + pid.to(tl.int64) * stride_x
+    dy_row = DY + pid.to(tl.int64) * stride_dy
+    dx_row = DX + pid.to(tl.int64) * stride_dx
+    for row in tl.range(pid, M, n_programs):
         # Pass 1: per-lane statistics in one read of x and dy. LayerNorm keeps Welford's mean and M2 of x and the
         # co-moment C = Σ(x - mean_x)(g - mean_g), all mean-subtracted, so a large mean costs no precision; lane k
         # has seen k values before chunk k (only the last chunk is ragged): one 1/(k+1) per chunk.
@@ -161,7 +179,7 @@ def _norm_bwd_looped(
         acc_b = tl.zeros([BLOCK_N], dtype=tl.float32)  # RMS: Σx·g; LN: co-moment of x and g
         lane_mx = tl.zeros([BLOCK_N], dtype=tl.float32)
         lane_mg = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for k in range(0, n_chunks):
+        for k in tl.range(0, n_chunks):
             offs = k * BLOCK_N + cols
             mask = offs < N
             x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
@@ -196,9 +214,10 @@ def _norm_bwd_looped(
             rstd = tl.rsqrt(var + eps)
             c1 = rstd * cov  # mean(x̂ g) = rstd * mean((x - mean) g) = rstd * cov(x, g)
 
-        # Pass 2, last chunk first: the chunks pass 1 read most recently are the likeliest still in cache.
-        accumulate = row > row_start  # the program's first row initialises its workspace row
-        for k in range(0, n_chunks):
+        # Pass 2, last chunk first: the chunks pass 1 read most recently are the likeliest still in cache. The
+        # partial sums are read, added to and written back per chunk (a row too wide to hold in registers).
+        accumulate = row > pid  # the program's first row initialises its workspace row
+        for k in tl.range(0, n_chunks):
             offs = (n_chunks - 1 - k) * BLOCK_N + cols
             mask = offs < N
             x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
@@ -213,9 +232,9 @@ def _norm_bwd_looped(
             if WANT_DB:
                 db = tl.load(db_part + offs, mask=mask & accumulate, other=0.0)
                 tl.store(db_part + offs, db + dy, mask=mask)
-        x_row += stride_x
-        dy_row += stride_dy
-        dx_row += stride_dx
+        x_row += n_programs.to(tl.int64) * stride_x
+        dy_row += n_programs.to(tl.int64) * stride_dy
+        dx_row += n_programs.to(tl.int64) * stride_dx
 
 
 @triton.jit
@@ -266,8 +285,7 @@ def launch_backward(
             if t is not None:
                 t.zero_()
         return
-    rows_per_program = int(config["ROWS_PER_PROGRAM"])
-    n_programs = triton.cdiv(m, rows_per_program)
+    n_programs = persistent_programs(config, m, fingerprint(x.device.index).sm_count)
     want_dw, want_db = dw is not None, db is not None
     # fp32 workspaces of partial sums, one row per program (every element the sum kernel reads is written first);
     # an unwanted one is a placeholder pointer, never read. Separate allocations keep both 16-byte aligned.
@@ -280,7 +298,6 @@ def launch_backward(
         "WANT_DB": want_db,
         "DIV": pow2_divisor(n, x.stride(0), dy.stride(0), dx.stride(0)),
         "BLOCK_N": int(config["BLOCK_N"]),
-        "ROWS_PER_PROGRAM": rows_per_program,
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
@@ -399,37 +416,38 @@ def default_problems(device: DeviceFingerprint) -> list[Problem]:
     return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
-# Heuristic constants. Not yet swept on a GPU: 8 elements per thread (95-110 registers by ptxas, so two 8-warp
-# programs fit an SM), whole rows up to 4096 wide, 2048-wide chunks beyond (4096 past 16 chunks), and
-# Liger-Kernel's persistent layout with a few programs per SM rather than one. RMSNorm's backward uses it too.
-SINGLE_MAX_BLOCK_N = 4096
+# Heuristic constants, from ptxas register counts for sm_90 (search_spaces/layernorm_backward.py) and not yet
+# swept on a GPU (tests/gpu/norm_backward_bench.py sweeps around them): whole rows up to 8192 wide at 8 elements
+# per thread (32 warps for 8192: 64 registers, no spill), 2048-wide chunks beyond (4096 past 16 chunks), and as
+# many resident programs per SM, up to 4, as the registers allow. RMSNorm's backward uses it too.
 TARGET_TILE = 2048
 PER_THREAD = 8
 LOOPED_BLOCK_N = 2048
 WIDE_LOOPED_BLOCK_N = 4096
-PROGRAMS_PER_SM = 4
-INTERPRETER_PROGRAMS = 4  # few programs keep the interpreter fast; more than one exercises the partial sums
+MOST_PROGRAMS_PER_SM = 4
 
 
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
     width = single_block_n(cols)
-    if width <= SINGLE_MAX_BLOCK_N:
+    if width <= MAX_BLOCK_N:
         variant, block_n = "single", width
         tile_rows = min(max(1, TARGET_TILE // width), prev_pow2(rows), 32)
     else:
         variant, tile_rows = "looped", 1
         block_n = LOOPED_BLOCK_N if cols <= LOOPED_BLOCK_N * MAX_CHUNKS else WIDE_LOOPED_BLOCK_N
-    target = PROGRAMS_PER_SM * device.sm_count if device.sm_count > 0 else INTERPRETER_PROGRAMS
-    per_program = max(tile_rows, min(next_pow2(cdiv(rows, target)), MAX_ROWS_PER_PROGRAM, prev_pow2(rows)))
-    return {
+    config: Config = {
         "variant": variant,
         "BLOCK_N": block_n,
         "ROWS": tile_rows,
-        "ROWS_PER_PROGRAM": per_program,
+        "PROGRAMS_PER_SM": 1,
         "num_warps": warps_for(tile_rows * block_n, PER_THREAD, 32),
         "num_stages": 1,
     }
+    per_sm = MOST_PROGRAMS_PER_SM
+    while per_sm > 1 and not SPACE.is_valid({**config, "PROGRAMS_PER_SM": per_sm}, problem, device):
+        per_sm //= 2  # fewer resident programs, or fewer than the rows have work for
+    return {**config, "PROGRAMS_PER_SM": per_sm}
 
 
 def bytes_moved(problem: Problem) -> int:
@@ -457,7 +475,7 @@ SPEC = KernelSpec.of_module(
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight", "bias"),
     tolerances=TOLERANCES,
-    version=1,
+    version=2,
     shape_help="MxN, e.g. 4096x1024",
     model=backward_model(partials=norm_params),  # dweight and dbias
 )

@@ -6,7 +6,7 @@ With rstd = rsqrt(mean(x²) + eps), x̂ = x * rstd and g = dy * w:
 
 It runs the LayerNorm backward kernels (kernels/layernorm_backward.py) with IS_RMS set: rstd recomputed from x in
 fp32, per-program fp32 partial dweight sums reduced by a second kernel in a fixed order (deterministic, no
-atomics), and the same search space and heuristic.
+atomics), and the same search space and heuristic (a persistent grid; see kernels/layernorm_backward.py).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ SPEC = KernelSpec.of_module(
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight"),
     tolerances=TOLERANCES,
-    version=1,
+    version=2,
     shape_help="MxN, e.g. 4096x1024",
     model=backward_model(partials=lambda problem: int(bool(problem.get("weight", False)))),  # dweight only
 )

@@ -2,9 +2,9 @@
 
 Forward (LayerNorm, RMSNorm, softmax): `single` / `window` have one program per ROWS rows holding [ROWS, BLOCK_N];
 the looped variants one program per row walking it in ceil(cols / BLOCK_N) chunks. Backward (LayerNorm, RMSNorm):
-one program per ROWS_PER_PROGRAM rows writing a partial dweight (and dbias) row that a second kernel sums. Each
-kernel's declaration builds its model here from what differs: arithmetic per element, reads of x per variant,
-and the [N] parameter vectors its programs read.
+a persistent grid of PROGRAMS_PER_SM programs per SM over row tiles, each writing one partial dweight (and dbias)
+row that a second kernel sums. Each kernel's declaration builds its model here from what differs: arithmetic per
+element, reads of x per variant, and the [N] parameter vectors its programs read.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ REGISTERS_PER_ELEMENT = {"single": 3, "looped": 4}  # looped lanes carry Welford
 # Measured with ptxas for sm_90 (search_spaces/layernorm_backward.py): ~24 + 7 per element.
 BACKWARD_REGISTERS_PER_ELEMENT = 7
 BACKWARD_OPS = 20  # fp32 operations per element of a norm backward, all passes together
+WORKSPACE_SMS = 132  # the SM count backward_model costs the partial-sum workspace for (see there)
 
 ParamsRead = Callable[[Problem], int]
 
@@ -40,10 +41,10 @@ def norm_params(problem: Problem) -> int:
 
 
 def row_size_classes(problem: Problem, space: SearchSpace) -> tuple[object, ...]:
-    """Programs along rows for every ROWS / ROWS_PER_PROGRAM (ROWS = 1 pins rows exactly), chunks along cols for
+    """Programs along rows for every ROWS (ROWS = 1 pins rows exactly), chunks along cols for
     every BLOCK_N, the single variant's block width (next_pow2) and the alignment of cols."""
     rows, cols = int(problem["rows"]), int(problem["cols"])
-    row_blocks = space_values(space, "ROWS") + space_values(space, "ROWS_PER_PROGRAM")
+    row_blocks = space_values(space, "ROWS")
     return (
         ("rows", tile_counts(rows, row_blocks or (1,))),
         ("cols", next_pow2(cols), tile_counts(cols, space_values(space, "BLOCK_N")), pow2_divisor(cols)),
@@ -105,44 +106,49 @@ def forward_model(ops: int, looped_reads: Mapping[str, int], params: ParamsRead)
 
 
 def backward_model(partials: ParamsRead) -> KernelModel:
-    """A norm backward: `partials` is the count of gradient vectors (dweight, dbias) summed over rows. `single`
-    walks a program's rows in [ROWS, BLOCK_N] tiles; `looped` one row at a time in BLOCK_N chunks, twice, updating
-    its partial row chunk by chunk. Shape: ROWS_PER_PROGRAM/ROWSxBLOCK_N."""
+    """A norm backward: `partials` is the count of gradient vectors (dweight, dbias) summed over rows. A persistent
+    grid of at most PROGRAMS_PER_SM programs per SM strides over the row tiles (`single`: [ROWS, BLOCK_N] tiles of
+    whole rows; `looped`: one row in BLOCK_N chunks, twice, updating its partial row chunk by chunk), and each
+    program writes one partial row that a second kernel sums. Shape: ROWSxBLOCK_N[xchunks]@PROGRAMS_PER_SM.
+
+    The geometry sees no SM count (the launch takes it from the device): the workspace is costed for
+    PROGRAMS_PER_SM × WORKSPACE_SMS rows, the 132-SM Hopper the heuristic targets; it is small beside the rows."""
 
     def geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
         rows, cols = int(problem["rows"]), int(problem["cols"])
         block_n, stages, warps = int(config["BLOCK_N"]), int(config["num_stages"]), int(config["num_warps"])
-        per_program = int(config["ROWS_PER_PROGRAM"])
+        per_sm = int(config["PROGRAMS_PER_SM"])
         e = element_bytes(str(problem["dtype"]))
         threads = warp_size * warps
-        programs = cdiv(rows, per_program)
-        avg_rows = rows / programs
         sums = partials(problem)
         single = config["variant"] == "single"
+        tile_rows, chunks = (int(config["ROWS"]), 1) if single else (1, cdiv(cols, block_n))
+        tiles = cdiv(rows, tile_rows)
+        programs = min(tiles, per_sm * WORKSPACE_SMS)
+        tile_cols = float(tile_rows * cols)
         if single:
-            tile_rows, chunks = int(config["ROWS"]), 1
-            inflight = 2 * min(tile_rows, avg_rows) * cols * e  # x and dy of one tile
-            row_bytes = avg_rows * cols * e * 3  # x, dy in; dx out
-            partial_bytes = float(sums * cols * FP32_BYTES)  # written once, at the end
+            inflight = 2.0 * tile_cols * e  # x and dy of one tile
+            row_bytes = tile_cols * e * 3  # x, dy in; dx out
+            partial_bytes = 0.0  # in registers; one row per program, written once (extra_dram_bytes)
         else:
-            tile_rows, chunks = 1, cdiv(cols, block_n)
             inflight = 2.0 * block_n * e * max(1, stages - 1)
-            row_bytes = avg_rows * cols * e * 5  # x, dy twice; dx out
-            partial_bytes = avg_rows * sums * cols * FP32_BYTES * 2  # read-modify-write per row
-        row_extent = chunks * block_n
+            row_bytes = tile_cols * e * 5  # x, dy twice; dx out
+            partial_bytes = tile_cols * sums * FP32_BYTES * 2  # read-modify-write per row
         workspace = float(programs) * cols * FP32_BYTES * sums
         weight_bytes = int(bool(problem.get("weight", False))) * cols * e
         return Geometry(
-            **_row_work(rows, cols, programs, per_program, row_extent, BACKWARD_OPS),
-            shape=f"{per_program}/{tile_rows}x{block_n}" + ("" if single else f"x{chunks}"),
-            tile_bytes=row_bytes + partial_bytes + weight_bytes,
+            **_row_work(rows, cols, tiles, tile_rows, chunks * block_n, BACKWARD_OPS),
+            shape=f"{tile_rows}x{block_n}" + ("" if single else f"x{chunks}") + f"@{per_sm}",
+            tile_bytes=row_bytes + partial_bytes + weight_bytes,  # the weight is re-read per tile (L1/L2 hits)
             dram_bytes=float(rows) * cols * e * 3 + workspace + weight_bytes,
             inflight_bytes=inflight,
             threads=threads,
             regs_per_thread=estimate_registers(tile_rows * block_n / threads, threads, BACKWARD_REGISTERS_PER_ELEMENT),
             smem_bytes=tile_rows * warps * FP32_BYTES * 4 if warps > 1 else 0,
+            persistent=True,
+            max_programs_per_sm=per_sm,
             extra_kernels=1 if sums else 0,
             extra_dram_bytes=workspace + sums * cols * e,
         )
 
-    return KernelModel(geometry, ("rows", "cols"), row_size_classes, ("variant", "BLOCK_N", "ROWS_PER_PROGRAM"))
+    return KernelModel(geometry, ("rows", "cols"), row_size_classes, ("variant", "BLOCK_N", "ROWS", "PROGRAMS_PER_SM"))

@@ -1,14 +1,14 @@
 """Search space of the LayerNorm and RMSNorm backward kernels (kernels/layernorm_backward.py, rmsnorm_backward.py).
 
-A backward program owns ROWS_PER_PROGRAM consecutive rows: it writes their dx and sums their dweight/dbias
-contributions into one fp32 partial row of a workspace [programs, N]; a second small kernel then adds the partial
-rows in a fixed order (deterministic, no atomics). Two variants:
-- `single`: the program walks its rows as [ROWS, BLOCK_N] tiles holding whole rows (BLOCK_N >= cols), with the
-  dweight/dbias sums kept in registers across tiles.
-- `looped`: one row at a time in BLOCK_N chunks, twice (statistics, then dx); the partial sums are read, added
-  to and written back chunk by chunk (a workspace row only its own program touches).
+The backward grid is persistent: min(tiles, PROGRAMS_PER_SM × SMs) programs, each striding over row tiles and
+keeping its dweight/dbias sums in fp32 registers until it writes one partial row of a workspace [programs, N]; a
+second small kernel adds the partial rows in a fixed order (deterministic, no atomics). Two variants:
+- `single`: [ROWS, BLOCK_N] tiles holding whole rows (BLOCK_N >= cols).
+- `looped`: one row at a time in BLOCK_N chunks, twice (statistics, then dx), for rows too wide for registers;
+  its partial row is read, added to and written back chunk by chunk.
 
-ROWS_PER_PROGRAM trades parallelism (more programs) against workspace traffic (more partial rows to reduce).
+PROGRAMS_PER_SM trades latency hiding (more resident programs) against workspace rows to reduce; the rules keep
+only counts whose programs are resident at once and that change the launch.
 
 The problem is a mapping with keys rows (a power-of-two bucket), cols, dtype and flags (weight, bias); the rules
 read rows, cols and dtype only, so RMSNorm's backward shares this space.
@@ -23,6 +23,7 @@ from tunekit.kernels.common import THREADS_PER_WARP, cdiv, prev_pow2, threads
 from tunekit.search_spaces.rows import (
     AT_LEAST_ONE_ELEMENT_PER_THREAD,
     LOOPED_CHUNKS_NOT_TINY,
+    ROWS_WITHIN_PROBLEM,
     looped_block_narrower_than_row,
     looped_one_row,
     single_covers_row,
@@ -34,53 +35,67 @@ if TYPE_CHECKING:
 
 MAX_BLOCK_N = 8192  # the register budget below allows at most 8192 elements per program
 REGISTERS_PER_BLOCK = 65536  # every NVIDIA part since sm_50; ptxas caps a thread at this / threads, and at 255
-# Register use per thread measured with ptxas for sm_90 (Triton 3.6, bf16, LayerNorm): about 50 at 4 elements
-# per thread, 95-110 at 8, 150-180 at 16 and 254 at 32, whatever the variant: ~24 + 7 per element.
+# Register use per thread measured with ptxas for sm_90 (Triton 3.6, bf16, LayerNorm, persistent `single`): 80
+# at 8 elements per thread (8 warps), 150 at 16 (4 warps), 244-255 at 32: ~24 + 7 per element where the budget
+# allows. Where it does not, ptxas squeezes to ~8 + 7 without spilling: 8 per thread in 64 (32 warps) and 16 in
+# 128 (16 warps; LayerNorm keeps 8 bytes of stack). The spill rule takes the floor, residency the typical use.
 REGISTER_BASE = 24
+REGISTER_FLOOR = 8
 REGISTERS_PER_ELEMENT = 7
 MAX_PER_THREAD_SINGLE = 32
 MAX_PER_THREAD_LOOPED = 16  # a looped lane carries four Welford/co-moment accumulators besides x and dy*w
-MAX_ROWS_PER_PROGRAM = 1024
-# On a GPU: at least one program per SM (unless a program holds a single tile), at most this many per SM (the
-# workspace the second kernel reads grows with the program count).
-MAX_PROGRAMS_PER_SM = 16
+MAX_PROGRAMS_PER_SM = 8
+MAX_WARPS_PER_SM = 64  # Hopper, Ampere (sm_80) and Volta; resident programs beyond it queue, breaking persistence
+# The interpreter has no SMs: launches there count this many, so CPU tests run several programs and the reduction.
+INTERPRETER_SMS = 2
 
 
-def programs(config: Config, problem: Problem) -> int:
-    """Programs launched for the rows bucket: each writes one partial row of the workspace."""
-    return cdiv(int(problem["rows"]), int(config["ROWS_PER_PROGRAM"]))
+def launch_sms(sm_count: int) -> int:
+    """The SM count a launch sizes its persistent grid by (the interpreter's stand-in where there are none)."""
+    return sm_count if sm_count > 0 else INTERPRETER_SMS
 
 
-def _whole_tiles_per_program(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["ROWS_PER_PROGRAM"]) >= int(config["ROWS"])
+def row_tiles(config: Config, rows: int) -> int:
+    """Work units along the rows: tiles of ROWS rows (single), single rows (looped)."""
+    return cdiv(rows, int(config["ROWS"]) if config["variant"] == "single" else 1)
+
+
+def persistent_programs(config: Config, rows: int, sm_count: int) -> int:
+    """Programs a launch has: one per tile up to PROGRAMS_PER_SM per SM; each writes one workspace row."""
+    return max(1, min(row_tiles(config, rows), int(config["PROGRAMS_PER_SM"]) * launch_sms(sm_count)))
 
 
 def max_per_thread(variant: str, num_warps: int) -> int:
-    """Elements a thread may hold without spilling: 32 (single) or 16 (looped) up to 8 warps, 8 at 16, 4 at 32."""
+    """Elements a thread may hold without spilling: 32 (single) or 16 (looped) up to 8 warps, 16 at 16, 8 at 32."""
     budget = min(255, REGISTERS_PER_BLOCK // (THREADS_PER_WARP * num_warps))
-    fits = max(1, (budget - REGISTER_BASE) // REGISTERS_PER_ELEMENT)
+    fits = max(1, (budget - REGISTER_FLOOR) // REGISTERS_PER_ELEMENT)
     cap = MAX_PER_THREAD_SINGLE if variant == "single" else MAX_PER_THREAD_LOOPED
     return min(cap, prev_pow2(fits))
+
+
+def registers_per_thread(config: Config) -> int:
+    """Typical registers per thread for the config's elements per thread (see above), within ptxas's caps."""
+    budget = min(255, REGISTERS_PER_BLOCK // threads(config))
+    return min(budget, REGISTER_BASE + REGISTERS_PER_ELEMENT * max(1, tile(config) // threads(config)))
 
 
 def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return tile(config) <= max_per_thread(str(config["variant"]), int(config["num_warps"])) * threads(config)
 
 
-def _rows_fit_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["ROWS_PER_PROGRAM"]) <= int(problem["rows"])
-
-
-def _fills_the_gpu(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    if device.sm_count == 0 or config["ROWS_PER_PROGRAM"] == config["ROWS"]:  # 0: the interpreter
+def _programs_resident(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    per_sm = int(config["PROGRAMS_PER_SM"])
+    if per_sm == 1:
         return True
-    return programs(config, problem) >= device.sm_count
+    warps_fit = per_sm * int(config["num_warps"]) <= MAX_WARPS_PER_SM
+    return warps_fit and per_sm * threads(config) * registers_per_thread(config) <= REGISTERS_PER_BLOCK
 
 
-def _workspace_small(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    if device.sm_count == 0 or config["ROWS_PER_PROGRAM"] == MAX_ROWS_PER_PROGRAM:
+def _programs_have_work(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
+    per_sm = int(config["PROGRAMS_PER_SM"])
+    if per_sm == 1:
         return True
-    return programs(config, problem) <= MAX_PROGRAMS_PER_SM * device.sm_count
+    return row_tiles(config, int(problem["rows"])) > per_sm // 2 * launch_sms(device.sm_count)
 
 
 SPACE = SearchSpace(
@@ -88,7 +103,7 @@ SPACE = SearchSpace(
         Choice("variant", ("single", "looped")),
         PowerOfTwo("BLOCK_N", 16, MAX_BLOCK_N),
         PowerOfTwo("ROWS", 1, 32),
-        PowerOfTwo("ROWS_PER_PROGRAM", 1, MAX_ROWS_PER_PROGRAM),
+        PowerOfTwo("PROGRAMS_PER_SM", 1, MAX_PROGRAMS_PER_SM),
         PowerOfTwo("num_warps", 1, 32),
         # Triton 3.6 pipelines neither kernel's loads: num_stages 1, 2 and 4 compile to identical PTX (checked for
         # sm_90), so only 1 is searched. Widen this if a Triton release starts pipelining plain loads.
@@ -103,32 +118,24 @@ SPACE = SearchSpace(
         looped_block_narrower_than_row("and dy twice"),
         Rule("looped_one_row_per_tile", looped_one_row, why="the looped variant walks one row at a time"),
         LOOPED_CHUNKS_NOT_TINY,
-        Rule(
-            "whole_tiles_per_program",
-            _whole_tiles_per_program,
-            why="a program walks its ROWS_PER_PROGRAM rows ROWS at a time: ROWS_PER_PROGRAM >= ROWS",
-        ),
         AT_LEAST_ONE_ELEMENT_PER_THREAD,
         Rule(
             "registers_do_not_spill",
             _no_spill,
-            why="a thread holds ~24 + 7 registers per element within min(255, 65536 / threads): at most 32 elements "
-            "per thread up to 8 warps, 8 at 16 warps, 4 at 32 (looped: at most 16, it keeps four accumulators)",
+            why="a thread holds ~8 + 7 registers per element within min(255, 65536 / threads): at most 32 elements "
+            "per thread up to 8 warps, 16 at 16 warps, 8 at 32 (looped: at most 16, it keeps four accumulators)",
+        ),
+        ROWS_WITHIN_PROBLEM,
+        Rule(
+            "programs_per_sm_resident",
+            _programs_resident,
+            why="PROGRAMS_PER_SM programs must fit one SM at once (64 warps, 65536 registers), else the extra ones "
+            "queue behind the first and the grid is no longer persistent",
         ),
         Rule(
-            "rows_per_program_within_problem",
-            _rows_fit_problem,
-            why="ROWS_PER_PROGRAM > rows only adds masked-off rows",
-        ),
-        Rule(
-            "programs_fill_the_gpu",
-            _fills_the_gpu,
-            why="fewer programs than SMs leaves SMs idle (allowed when a program is one tile: it cannot be split)",
-        ),
-        Rule(
-            "workspace_at_most_16_rows_per_sm",
-            _workspace_small,
-            why="every program adds a partial row for the second kernel to read; beyond 16 per SM use longer runs",
+            "programs_per_sm_have_work",
+            _programs_have_work,
+            why="with no more row tiles than (PROGRAMS_PER_SM / 2) × SMs the launch equals half the count's",
         ),
     ),
 )

@@ -24,7 +24,7 @@ from tunekit.core.spec import DTYPE_NAMES, DTYPES, row_bucket
 from tunekit.kernels import layernorm as ln_forward
 from tunekit.kernels import layernorm_backward as lnb
 from tunekit.runtime.dispatch import dispatcher
-from tunekit.search_spaces.layernorm_backward import SPACE, max_per_thread
+from tunekit.search_spaces.layernorm_backward import INTERPRETER_SMS, SPACE, max_per_thread, persistent_programs
 
 INTERP = fingerprint()
 DEVICES = (INTERP, H200)
@@ -64,7 +64,7 @@ def _kernel_shapes(problem: dict) -> list[dict]:
     """One valid config per distinct kernel and program layout: launch options don't change results."""
     seen: dict[tuple, dict] = {}
     for config in SPACE.valid_configs(problem, INTERP):
-        seen.setdefault((config["variant"], config["BLOCK_N"], config["ROWS"], config["ROWS_PER_PROGRAM"]), config)
+        seen.setdefault((config["variant"], config["BLOCK_N"], config["ROWS"], config["PROGRAMS_PER_SM"]), config)
     return list(seen.values())
 
 
@@ -95,28 +95,62 @@ def test_configs_across_the_space_match_torch(dtype: str, m: int, n: int) -> Non
             _check(config, inputs)
 
 
-def test_space_offers_both_variants_multi_row_tiles_and_long_runs() -> None:
+def test_space_offers_both_variants_multi_row_tiles_and_program_counts() -> None:
     configs = _kernel_shapes(_problem(17, 300, "float32"))
     assert {c["variant"] for c in configs} == {"single", "looped"}
-    assert any(c["variant"] == "single" and c["ROWS"] > 1 and c["ROWS_PER_PROGRAM"] > c["ROWS"] for c in configs)
-    assert any(c["variant"] == "looped" and c["ROWS_PER_PROGRAM"] > 1 for c in configs)
-    # 17 rows with 32 per program: one program, 15 masked-off rows.
-    assert any(c["ROWS_PER_PROGRAM"] > 17 for c in configs)
+    assert any(c["variant"] == "single" and c["ROWS"] > 1 for c in configs)
+    assert {c["PROGRAMS_PER_SM"] for c in configs} == {1, 2, 4, 8}  # 17 tiles > 4 × 2 interpreter SMs
+
+
+def _config(variant: str, block_n: int, rows: int, per_sm: int, warps: int = 2) -> dict:
+    return {
+        "variant": variant,
+        "BLOCK_N": block_n,
+        "ROWS": rows,
+        "PROGRAMS_PER_SM": per_sm,
+        "num_warps": warps,
+        "num_stages": 1,
+    }
 
 
 @pytest.mark.parametrize(
     "config",
     [
-        {"variant": "single", "BLOCK_N": 512, "ROWS": 4, "ROWS_PER_PROGRAM": 8},
-        {"variant": "single", "BLOCK_N": 512, "ROWS": 1, "ROWS_PER_PROGRAM": 1},
-        {"variant": "looped", "BLOCK_N": 64, "ROWS": 1, "ROWS_PER_PROGRAM": 4},
-        {"variant": "looped", "BLOCK_N": 128, "ROWS": 1, "ROWS_PER_PROGRAM": 1},
+        _config("single", 512, 4, 1),
+        _config("single", 512, 1, 8),
+        _config("looped", 64, 1, 2),
+        _config("looped", 128, 1, 8),
     ],
-    ids=lambda c: f"{c['variant']}-{c['BLOCK_N']}-{c['ROWS']}-{c['ROWS_PER_PROGRAM']}",
+    ids=lambda c: f"{c['variant']}-{c['BLOCK_N']}-{c['ROWS']}-{c['PROGRAMS_PER_SM']}",
 )
 @pytest.mark.parametrize("weight,bias", AFFINE)
 def test_variants_with_every_affine_combination(config: dict, weight: bool, bias: bool) -> None:
-    _check({**config, "num_warps": 2, "num_stages": 1}, _inputs(7, 300, "float16", weight, bias))
+    _check(config, _inputs(7, 300, "float16", weight, bias))
+
+
+# Awkward shapes: one element, rows fewer than programs, rows not a multiple of the tile, widths 2^k ± 1.
+AWKWARD = [(1, 1), (3, 7), (17, 1023), (33, 2049), (5, 4097)]
+
+
+@pytest.mark.parametrize("per_sm", [1, 2, 8])
+@pytest.mark.parametrize("m,n", AWKWARD)
+def test_persistent_programs_over_awkward_shapes(m: int, n: int, per_sm: int) -> None:
+    """Every program count, single (2-row tiles) and looped (4 chunks), bf16 with weight and bias."""
+    width = max(16, 1 << (n - 1).bit_length())
+    inputs = _inputs(m, n, "bfloat16")
+    for config in (_config("single", width, 2, per_sm, warps=4), _config("looped", width // 4, 1, per_sm, warps=4)):
+        _check(config, inputs)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("weight,bias", [(True, True), (False, False)])
+def test_rows_fewer_than_programs_and_ragged_tiles(dtype: str, weight: bool, bias: bool) -> None:
+    """13 rows in 4-row tiles: 4 tiles, the last one row; 8 per SM would be 16 programs, the launch has 4."""
+    config = _config("single", 128, 4, 8)
+    assert persistent_programs(config, 13, INTERP.sm_count) == 4
+    assert persistent_programs(config, 1000, INTERP.sm_count) == 8 * INTERPRETER_SMS
+    assert persistent_programs(config, 100_000, H200.sm_count) == 8 * 132
+    _check(config, _inputs(13, 100, dtype, weight, bias))
 
 
 @pytest.mark.parametrize("variant,block_n", [("single", 1024), ("looped", 128)])
@@ -127,7 +161,7 @@ def test_large_mean_keeps_precision(variant: str, block_n: int) -> None:
     dy = torch.randn(4, 1000, generator=gen)
     w = 1 + 0.1 * torch.randn(1000, generator=gen)
     inputs = (x, dy, w, True, True, 1e-5)
-    config = {"variant": variant, "BLOCK_N": block_n, "ROWS": 1, "ROWS_PER_PROGRAM": 2, "num_warps": 4, "num_stages": 1}
+    config = _config(variant, block_n, 1, 1, warps=4)
     for got, want in zip(_run(config, inputs), lnb.reference(inputs)):
         torch.testing.assert_close(got, want, atol=5e-3, rtol=1e-3)
 
@@ -137,19 +171,20 @@ def test_masked_rows_do_not_poison_dweight_when_eps_is_zero() -> None:
     """3 rows in a 4-row tile: the padding row has variance 0, and rsqrt(0 + 0) = inf must not reach dweight."""
     x, dy, w, _, _, _ = _inputs(3, 40, "float32")
     inputs = (x, dy, w, True, True, 0.0)
-    config = {"variant": "single", "BLOCK_N": 64, "ROWS": 4, "ROWS_PER_PROGRAM": 4, "num_warps": 1, "num_stages": 1}
+    config = _config("single", 64, 4, 1, warps=1)
     for got, want in zip(_run(config, inputs), lnb.reference(inputs)):
         assert bool(torch.isfinite(got).all())
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
 
-def test_partial_sums_are_deterministic_and_rows_beyond_m_are_ignored() -> None:
-    inputs = _inputs(13, 100, "float32")
-    config = {"variant": "single", "BLOCK_N": 128, "ROWS": 2, "ROWS_PER_PROGRAM": 4, "num_warps": 1, "num_stages": 1}
+@pytest.mark.parametrize(
+    "config", [_config("single", 128, 2, 4), _config("looped", 32, 1, 8)], ids=lambda c: str(c["variant"])
+)
+def test_results_are_bitwise_repeatable(config: dict) -> None:
+    inputs = _inputs(29, 100, "float32")
     first, second = _run(config, inputs), _run(config, inputs)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
-    # dweight and dbias over 13 rows, not 16: the last program's missing rows add nothing.
     _check(config, inputs)
 
 
@@ -160,10 +195,17 @@ def test_zero_rows_give_zero_parameter_gradients() -> None:
     assert dx.shape == (0, 8) and torch.equal(dw, torch.zeros(8)) and torch.equal(db, torch.zeros(8))
 
 
-def test_row_strides_are_honoured() -> None:
+@pytest.mark.parametrize(
+    "config", [_config("single", 64, 2, 2), _config("looped", 16, 1, 4)], ids=lambda c: str(c["variant"])
+)
+def test_row_strides_are_honoured(config: dict) -> None:
     x, dy, w, _, _, eps = _inputs(5, 48, "float32")
     inputs = (x[:, :40], dy[:, :40], w[:40].contiguous(), True, True, eps)  # rows 48 apart, unit stride in a row
     _check(lnb.heuristic(_problem(5, 40, "float32"), INTERP), inputs)
+    _check(config, inputs)
+    dx = torch.full((5, 67), math.nan)[:, 3:43]  # dx rows 67 apart, starting off a 16-byte boundary: DIV is 1
+    lnb.launch(config, inputs, (dx, torch.empty(40), torch.empty(40)))
+    torch.testing.assert_close(dx, lnb.reference(inputs)[0], atol=1e-3, rtol=1e-4)
 
 
 @pytest.mark.parametrize("problem", lnb.default_problems(INTERP), ids=lambda p: f"{p['rows']}x{p['cols']}")
@@ -197,15 +239,17 @@ def test_gpu_problems_have_an_exhaustively_searchable_space() -> None:
 
 
 def test_register_budget_per_thread() -> None:
-    # ptxas on sm_90: ~24 + 7 registers per element, within min(255, 65536 / threads).
-    assert [max_per_thread("single", w) for w in (1, 2, 4, 8, 16, 32)] == [32, 32, 32, 32, 8, 4]
-    assert [max_per_thread("looped", w) for w in (1, 2, 4, 8, 16, 32)] == [16, 16, 16, 16, 8, 4]
+    # ptxas on sm_90 squeezes to ~8 + 7 registers per element within min(255, 65536 / threads).
+    assert [max_per_thread("single", w) for w in (1, 2, 4, 8, 16, 32)] == [32, 32, 32, 32, 16, 8]
+    assert [max_per_thread("looped", w) for w in (1, 2, 4, 8, 16, 32)] == [16, 16, 16, 16, 16, 8]
     problem = _problem(64, 4096, "bfloat16")
-    config = {"variant": "single", "BLOCK_N": 4096, "ROWS": 1, "ROWS_PER_PROGRAM": 1, "num_warps": 16, "num_stages": 1}
+    config = _config("single", 4096, 1, 1, warps=16)
     assert SPACE.is_valid(config, problem, INTERP)
     assert SPACE.is_valid({**config, "num_warps": 4}, problem, INTERP)  # 32 per thread
     assert "registers_do_not_spill" in SPACE.violations({**config, "num_warps": 2}, problem, INTERP)
-    assert "registers_do_not_spill" in SPACE.violations({**config, "num_warps": 32, "ROWS": 2}, problem, INTERP)
+    assert "registers_do_not_spill" in SPACE.violations({**config, "num_warps": 32, "ROWS": 4}, problem, INTERP)
+    wide = _config("single", 8192, 1, 1, warps=32)  # 8 per thread: 64 registers, no spill
+    assert SPACE.is_valid(wide, _problem(64, 8192, "bfloat16"), H200)
     looped = {**config, "variant": "looped", "BLOCK_N": 2048, "num_warps": 4}  # 16 per thread: the looped limit
     assert SPACE.is_valid(looped, problem, INTERP)
     assert "registers_do_not_spill" in SPACE.violations({**looped, "num_warps": 2}, problem, INTERP)
@@ -215,12 +259,11 @@ def test_register_budget_per_thread() -> None:
 
 
 def test_layout_rules() -> None:
-    problem = _problem(64, 1000, "float16")
-    config = {"variant": "single", "BLOCK_N": 1024, "ROWS": 2, "ROWS_PER_PROGRAM": 8, "num_warps": 4, "num_stages": 1}
+    problem = _problem(16, 1000, "float16")
+    config = _config("single", 1024, 2, 1, warps=4)
     assert SPACE.is_valid(config, problem, INTERP)
     assert "single_block_covers_row" in SPACE.violations({**config, "BLOCK_N": 2048}, problem, INTERP)
-    assert "whole_tiles_per_program" in SPACE.violations({**config, "ROWS_PER_PROGRAM": 1}, problem, INTERP)
-    assert "rows_per_program_within_problem" in SPACE.violations({**config, "ROWS_PER_PROGRAM": 128}, problem, INTERP)
+    assert "rows_per_program_within_problem" in SPACE.violations({**config, "ROWS": 32}, problem, INTERP)
     looped = {**config, "variant": "looped", "BLOCK_N": 256, "ROWS": 1}
     assert SPACE.is_valid(looped, problem, INTERP)
     assert "looped_one_row_per_tile" in SPACE.violations({**looped, "ROWS": 2}, problem, INTERP)
@@ -228,15 +271,26 @@ def test_layout_rules() -> None:
     assert "looped_chunks_not_tiny" in SPACE.violations({**looped, "BLOCK_N": 32}, problem, INTERP)
 
 
-def test_program_count_rules_apply_on_a_gpu_only() -> None:
-    problem = _problem(65536, 768, "bfloat16")  # 132 SMs: 132 to 2112 programs of 512 rows or fewer
-    config = {"variant": "single", "BLOCK_N": 1024, "ROWS": 2, "ROWS_PER_PROGRAM": 128, "num_warps": 8, "num_stages": 1}
-    assert SPACE.is_valid(config, problem, H200)
-    assert SPACE.violations({**config, "ROWS_PER_PROGRAM": 1024}, problem, H200) == ["programs_fill_the_gpu"]
-    assert SPACE.violations({**config, "ROWS_PER_PROGRAM": 16}, problem, H200) == ["workspace_at_most_16_rows_per_sm"]
-    assert SPACE.is_valid({**config, "ROWS_PER_PROGRAM": 1024}, problem, INTERP)
-    # One tile per program is always allowed: it cannot be split further.
-    assert SPACE.is_valid({**config, "ROWS_PER_PROGRAM": 2}, _problem(8, 768, "bfloat16"), H200)
+def test_programs_per_sm_rules() -> None:
+    problem = _problem(65536, 768, "bfloat16")
+    config = _config("single", 1024, 2, 4, warps=8)  # 8 per thread: ~80 registers, 3 programs fit an SM
+    assert SPACE.violations(config, problem, H200) == ["programs_per_sm_resident"]
+    assert SPACE.is_valid({**config, "PROGRAMS_PER_SM": 2}, problem, H200)
+    wide = _config("single", 8192, 1, 2, warps=32)  # 2 × 32 warps fit, 2 × 1024 threads × 64 registers do not
+    assert SPACE.violations(wide, _problem(4096, 8192, "bfloat16"), H200) == ["programs_per_sm_resident"]
+    # 128 tiles: 2 per SM on 132 SMs launches what 1 per SM does.
+    few = _problem(256, 768, "bfloat16")
+    assert SPACE.violations({**config, "PROGRAMS_PER_SM": 2}, few, H200) == ["programs_per_sm_have_work"]
+    assert SPACE.is_valid({**config, "PROGRAMS_PER_SM": 1}, few, H200)
+
+
+def test_heuristic_on_a_132_sm_hopper() -> None:
+    """Whole rows to 8192 at 8 elements per thread, as many resident programs per SM (up to 4) as fit."""
+    picks = {n: lnb.heuristic(_problem(16384, n, "bfloat16"), H200) for n in (1536, 2049, 5121, 8192, 16384)}
+    assert picks[1536] == _config("single", 2048, 1, 2, warps=8)
+    assert picks[2049]["BLOCK_N"] == 4096 and picks[2049]["num_warps"] == 16
+    assert picks[5121] == picks[8192] == _config("single", 8192, 1, 1, warps=32)
+    assert picks[16384]["variant"] == "looped"
 
 
 # --- SPEC --------------------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_backward_heuristic_config_matches_torch(dtype: str, m: int, n: int, wei
 @pytest.mark.parametrize("m,n", [(17, 300), (2, 4097)])
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_backward_configs_across_the_space_match_torch(dtype: str, m: int, n: int) -> None:
-    fields = ("variant", "BLOCK_N", "ROWS", "ROWS_PER_PROGRAM")
+    fields = ("variant", "BLOCK_N", "ROWS", "PROGRAMS_PER_SM")
     configs = _kernel_shapes(rmsb.SPEC, _problem(m, n, dtype), fields)
     inputs = _backward_inputs(m, n, dtype)
     for variant in ("single", "looped"):
@@ -140,7 +140,7 @@ def test_backward_configs_across_the_space_match_torch(dtype: str, m: int, n: in
 @pytest.mark.parametrize("variant,block_n", [("single", 512), ("looped", 64)])
 def test_backward_with_a_weight_that_needs_no_gradient(variant: str, block_n: int) -> None:
     x, dy, w, _, eps = _backward_inputs(9, 300, "float16")
-    config = {"variant": variant, "BLOCK_N": block_n, "ROWS": 1, "ROWS_PER_PROGRAM": 4, "num_warps": 2, "num_stages": 1}
+    config = {"variant": variant, "BLOCK_N": block_n, "ROWS": 1, "PROGRAMS_PER_SM": 4, "num_warps": 2, "num_stages": 1}
     _check(rmsb.SPEC, config, (x, dy, w, False, eps))  # dx still scales by the weight; no dweight output
 
 
