@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from tunekit import database, recorder, settings
+from tunekit import database, hotpath, recorder, settings
 from tunekit.cache_key import CacheKey
 from tunekit.database import shipped_entries
 from tunekit.device import DeviceFingerprint, fingerprint
@@ -143,10 +143,13 @@ class Dispatcher:
 
     def config(self, key: ProblemKey) -> Config:
         config = self.memo.get(key)
-        if config is not None:
+        if config is None:
+            config = self._miss(key)
+        else:
             self.memo_hits += 1
-            return config
-        return self._miss(key)
+        if config is TORCH and hotpath.watching():
+            hotpath.note_torch_served()
+        return config
 
     def _miss(self, key: ProblemKey) -> Config:
         spec = self.spec
@@ -214,10 +217,12 @@ def forget_memos() -> None:
     """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
     for d in _DISPATCHERS.values():
         d.memo.clear()
+    hotpath.forget_plans()
 
 
 def reset_all() -> None:
     """Forget every memoised resolution (tests, or after importing a database into a running process)."""
     for d in _DISPATCHERS.values():
         d.clear()
+    hotpath.forget_plans()
     database.shipped_entries.cache_clear()

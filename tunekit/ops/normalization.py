@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from tunekit.dispatch import TORCH, Dispatcher, dispatcher
 from tunekit.errors import InvalidInputError
+from tunekit.hotpath import hot_path
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.spec import ProblemKey
 
@@ -220,6 +221,7 @@ def _layer_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None,
 _layer_norm_op.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
 
 
+@hot_path(F.layer_norm)
 def layer_norm(
     input: torch.Tensor,
     normalized_shape: int | Sequence[int],
@@ -345,6 +347,7 @@ def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, N
 _rms_norm_op.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
 
 
+@hot_path(F.rms_norm)
 def rms_norm(
     input: torch.Tensor,
     normalized_shape: int | Sequence[int],
