@@ -15,8 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+# First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
+import tunekit.backend  # noqa: F401
+
+# isort: split
+
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from tunekit.errors import TunekitError
 
@@ -88,20 +95,18 @@ def _bare_launch(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], calls: 
     return per_call_us(plan.prepared(args, kwargs), calls)
 
 
+@triton.jit
+def _empty(x_ptr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    pass
+
+
 def _empty_launch_us(calls: int) -> tuple[float, float]:
     """(an empty kernel through Triton's JIT path, the same kernel through its compiled launcher)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def empty(x_ptr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        pass
-
     x = torch.empty(16, device="cuda")
-    compiled = empty[(1,)](x, BLOCK=16)
+    compiled = _empty[(1,)](x, BLOCK=16)
     stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    jit = per_call_us(lambda: empty[(1,)](x, BLOCK=16), calls)
+    jit = per_call_us(lambda: _empty[(1,)](x, BLOCK=16), calls)
     bare = per_call_us(lambda: run(1, 1, 1, stream, function, packed, None, None, None, x, 16), calls)
     return jit, bare
 
