@@ -38,6 +38,7 @@ _ALLOCATIONS = frozenset(
     {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like"}
 )
 _OPS: list[HotPath] = []
+_MAX_SIGNATURES = 4096  # per op
 
 
 @dataclass
@@ -50,27 +51,33 @@ class Stats:
     refused: dict[str, int] = field(default_factory=dict)
 
 
-def _signature(args: Sequence[object], kwargs: dict[str, object]) -> tuple[object, ...] | None:
-    """What the op's host work depends on; None when the call must take the full path (autograd, nested tensors)."""
-    parts: list[object] = []
-    pointers: list[int] = []
-    grad = torch.is_grad_enabled()
-    for value in (*args, *kwargs.values()):
+def _signature(args: Sequence[object], kwargs: dict[str, object]) -> tuple[object, ...]:
+    """What the op's host work depends on. Tensors nested in containers hash by identity: such a call never repeats
+    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind)."""
+    parts: list[object] = [torch.is_grad_enabled()]
+    pointers = []
+    for value in args:
         if isinstance(value, torch.Tensor):
-            if grad and value.requires_grad:
-                return None
             pointer = value.data_ptr()
             pointers.append(pointer)
-            parts.append((value.shape, value.stride(), value.dtype, value.device, pointer & 15))
-        elif isinstance(value, (list, tuple)):
-            if any(isinstance(v, torch.Tensor) for v in value):
-                return None
+            parts.append((value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad))
+        elif type(value) is list:
             parts.append(tuple(value))
         else:
             parts.append(value)
     if kwargs:
-        parts.append(tuple(kwargs))
-    parts.append(len(set(pointers)) == len(pointers))  # two arguments on one pointer may be treated otherwise
+        for name, value in kwargs.items():
+            parts.append(name)
+            if isinstance(value, torch.Tensor):
+                pointer = value.data_ptr()
+                pointers.append(pointer)
+                parts.append(
+                    (value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad)
+                )
+            else:
+                parts.append(tuple(value) if type(value) is list else value)
+    if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
+        parts.append(len(set(pointers)))
     return tuple(parts)
 
 
@@ -89,16 +96,18 @@ class HotPath:
             return self.op(*args, **kwargs)
         try:
             signature = _signature(args, kwargs)
-            plan = self.plans.get(signature) if signature is not None else _NO_PLAN
+            plan = self.plans.get(signature)
         except TypeError:  # an unhashable argument: the full path
             return self.op(*args, **kwargs)
         if plan is None:
-            self.plans[signature] = _SEEN  # type: ignore[index]
+            if len(self.plans) >= _MAX_SIGNATURES:  # shapes that never repeat: start over rather than grow
+                self.plans.clear()
+            self.plans[signature] = _SEEN
             return self.op(*args, **kwargs)
         if plan is _NO_PLAN:
             return self.op(*args, **kwargs)
         if plan is _SEEN:
-            return self._watch(signature, args, kwargs)  # type: ignore[arg-type]
+            return self._watch(signature, args, kwargs)
         self.stats.replays += 1
         return plan(args, kwargs)  # type: ignore[operator]
 
@@ -106,6 +115,12 @@ class HotPath:
         from tunekit.hotpath_plan import build_plan  # the watcher and planner load on the first watched call
 
         self.stats.watched += 1
+        if torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())
+        ):  # autograd records this call: only the full path does that
+            self.stats.refused["autograd"] = self.stats.refused.get("autograd", 0) + 1
+            self.plans[signature] = _NO_PLAN
+            return self.op(*args, **kwargs)
         watch = Watch()
         with _on_device(args, kwargs), watch.active():
             result = self.op(*args, **kwargs)

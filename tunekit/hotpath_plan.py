@@ -144,9 +144,18 @@ def _fire(launch: Launch, sources: _Sources) -> _Fire:
         return _Fire(interpret, template, refs)
     compiled, (gx, gy, gz) = launch.compiled, launch.grid
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    raw = getattr(run, "launch", None)
+    if raw is None or run.global_scratch_size or run.profile_scratch_size:
+        # Through the launcher object: it allocates the kernel's scratch memory per launch.
+        def through_launcher(values: list[Any], stream: int) -> None:
+            run(gx, gy, gz, stream, function, packed, None, None, None, *values)
 
+        return _Fire(through_launcher, template, refs)
+    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
+
+    # Straight into the compiled launch entry (what Triton 3.6's CudaLauncher.__call__ ends in, no scratch).
     def direct(values: list[Any], stream: int) -> None:
-        run(gx, gy, gz, stream, function, packed, None, None, None, *values)
+        raw(gx, gy, gz, stream, function, cooperative, pdl, None, None, packed, None, None, None, *values)
 
     return _Fire(direct, template, refs)
 
@@ -193,15 +202,20 @@ class Replay:
     """Allocate what the watched call allocated, fire its launches on the current stream, build its result."""
 
     slots: list[_Slot]
-    allocations: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device]]
+    allocations: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device] | None]
     fires: list[_Fire]
     result: Any
     device: int | None  # the GPU the kernels were loaded on (None: the interpreter)
 
+    def _tensors(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The sources: the call's tensors, then fresh allocations (None where nothing launched reads one)."""
+        tensors: list[Any] = [args[s.key] if s.positional else kwargs[s.key] for s in self.slots]  # type: ignore[index]
+        for a in self.allocations:
+            tensors.append(None if a is None else torch.empty_strided(a[0], a[1], dtype=a[2], device=a[3]))
+        return tensors
+
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tensors = [args[s.key] if s.positional else kwargs[s.key] for s in self.slots]  # type: ignore[index]
-        for shape, stride, dtype, device in self.allocations:
-            tensors.append(torch.empty_strided(shape, stride, dtype=dtype, device=device))
+        tensors = self._tensors(args, kwargs)
         if self.device is None:
             for fire in self.fires:
                 fire(tensors, 0)
@@ -218,8 +232,7 @@ class Replay:
 
     def prepared(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None]:
         """The plan's launches for these arguments with every argument resolved (for timing the launch floor)."""
-        tensors = [args[s.key] if s.positional else kwargs[s.key] for s in self.slots]  # type: ignore[index]
-        tensors += [torch.empty_strided(s, st, dtype=dt, device=d) for s, st, dt, d in self.allocations]
+        tensors = self._tensors(args, kwargs)
         stream = 0 if self.device is None else _raw_stream(self.device)
         ready = []
         for fire in self.fires:
@@ -277,4 +290,15 @@ def build_plan(
     except NoPlan as refusal:
         return None, str(refusal)
     device = None if backend.INTERPRETED else torch.cuda.current_device()
-    return Replay(sources.slots, sources.allocations, fires, result_ref, device), ""
+    used = {ref[1] for fire in fires for _, ref in fire.refs} | set(_result_sources(result_ref))
+    first = len(sources.slots)
+    allocations = [a if first + i in used else None for i, a in enumerate(sources.allocations)]
+    return Replay(sources.slots, allocations, fires, result_ref, device), ""
+
+
+def _result_sources(ref: Any) -> list[int]:
+    if ref[0] == "tensor":
+        return [ref[1]]
+    if ref[0] == "tuple":
+        return [i for r in ref[2] for i in _result_sources(r)]
+    return []
