@@ -1,8 +1,8 @@
 """Host cost per eager call: every op in `tunekit.ops` next to torch's equivalent, the bare launch of the op's own
-compiled kernels, an empty Triton launch, and the GPU time of the same problem (so host-bound problems show).
+compiled kernels, an empty Triton launch, and the GPU time of the same problem (so host-bound problems show: host time above GPU time).
 
 Times are per call in a loop of `calls` calls after warm-up, synchronized once at the end: what a model's Python
-loop pays when the GPU keeps up. The GPU time is Triton's `do_bench` median (L2 flushed). Needs a CUDA GPU.
+loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a CUDA GPU.
 Run as `tunekit bench-host` (or `python -m tunekit.host_bench`).
 """
 
@@ -36,7 +36,7 @@ class HostRow:
     tunekit_us: float  # per call, host loop
     torch_us: float
     bare_launch_us: float | None  # the op's compiled kernels fired with ready arguments (None: torch serves)
-    gpu_us: float  # the GPU time of the tunekit call (median)
+    gpu_us: float  # the GPU time of the tunekit call (median of CUDA-graph replays: no host cost in it)
 
     @property
     def ratio(self) -> float:
@@ -112,7 +112,7 @@ def _empty_launch_us(calls: int) -> tuple[float, float]:
 
 
 def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls: int) -> HostRow:
-    from triton.testing import do_bench
+    from triton.testing import do_bench_cudagraph
 
     from tunekit.dispatch import _DISPATCHERS
 
@@ -125,7 +125,7 @@ def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls
     tk_us, torch_us = per_call_us(call, calls), per_call_us(ref, calls)
     served = {layer for n, d in _DISPATCHERS.items() for layer in list(d.served_by.values())[before.get(n, 0) :]}
     bare = _bare_launch(op, args, kwargs, calls)
-    gpu = do_bench(call, return_mode="median") * 1e3
+    gpu = do_bench_cudagraph(call, return_mode="median") * 1e3  # replayed as a graph: the GPU's time alone
     problem = f"{rows}x{width} {str(dtype).removeprefix('torch.')}"
     return HostRow(name, problem, ",".join(sorted(served)) or "?", tk_us, torch_us, bare, gpu)
 
