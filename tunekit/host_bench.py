@@ -1,9 +1,10 @@
 """Host cost per eager call: every op in `tunekit.ops` next to torch's equivalent, the bare launch of the op's own
-compiled kernels, an empty Triton launch, and the GPU time of the same problem (so host-bound problems show: host time above GPU time).
+compiled kernels, an empty Triton launch, and the GPU time of the same problem (a host time above the GPU time is a
+host-bound problem).
 
 Times are per call in a loop of `calls` calls after warm-up, synchronized once at the end: what a model's Python
-loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a CUDA GPU.
-Run as `tunekit bench-host` (or `python -m tunekit.host_bench`).
+loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a
+CUDA GPU. Run as `tunekit bench-host` (or `python -m tunekit.host_bench`).
 """
 
 from __future__ import annotations
