@@ -51,33 +51,40 @@ class Stats:
     refused: dict[str, int] = field(default_factory=dict)
 
 
-def _signature(args: Sequence[object], kwargs: dict[str, object]) -> tuple[object, ...]:
+def _tensor_part(value: torch.Tensor, pointers: list[int]) -> tuple[object, ...]:
+    pointer = value.data_ptr()
+    pointers.append(pointer)
+    return (value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad)
+
+
+def _signature(
+    args: Sequence[object],
+    kwargs: dict[str, object],
+    tensor: type[torch.Tensor] = torch.Tensor,
+    grad_enabled: Callable[[], bool] = torch.is_grad_enabled,
+) -> tuple[object, ...]:
     """What the op's host work depends on. Tensors nested in containers hash by identity: such a call never repeats
-    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind)."""
-    parts: list[object] = [torch.is_grad_enabled()]
-    pointers = []
+    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind). The defaults bind names once (hot loop)."""
+    parts: list[object] = [grad_enabled()]
+    append = parts.append
+    pointers: list[int] = []
     for value in args:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, tensor):
             pointer = value.data_ptr()
             pointers.append(pointer)
-            parts.append((value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad))
+            append((value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad))
         elif type(value) is list:
-            parts.append(tuple(value))
+            append(tuple(value))
         else:
-            parts.append(value)
-    if kwargs:
-        for name, value in kwargs.items():
-            parts.append(name)
-            if isinstance(value, torch.Tensor):
-                pointer = value.data_ptr()
-                pointers.append(pointer)
-                parts.append(
-                    (value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad)
-                )
-            else:
-                parts.append(tuple(value) if type(value) is list else value)
+            append(value)
+    for name, value in kwargs.items():
+        append(name)
+        if isinstance(value, tensor):
+            append(_tensor_part(value, pointers))
+        else:
+            append(tuple(value) if type(value) is list else value)
     if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
-        parts.append(len(set(pointers)))
+        append(len(set(pointers)))
     return tuple(parts)
 
 

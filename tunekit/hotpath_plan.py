@@ -219,7 +219,7 @@ class Replay:
         if self.device is None:
             for fire in self.fires:
                 fire(tensors, 0)
-        elif torch.cuda.current_device() == self.device:
+        elif torch._C._cuda_getDevice() == self.device:
             stream = _raw_stream(self.device)
             for fire in self.fires:
                 fire(tensors, stream)
