@@ -45,12 +45,12 @@ def test_empty_input_gives_empty_output():
 def test_dispatch_memoises_per_problem_key():
     d = dispatcher("layernorm")
     x = torch.randn(3, 20)
-    for _ in range(3):
+    for _ in range(3):  # a miss, a memo hit (watched by the hot path), then a replay that skips dispatch
         tunekit.ops.layer_norm(x, (20,))
-    assert d.counters == {"heuristic": 1} and d.memo_hits == 2
+    assert d.counters == {"heuristic": 1} and d.memo_hits == 1
     tunekit.ops.layer_norm(torch.randn(4, 20), (20,))  # 3 and 4 rows share a bucket: same key
     tunekit.ops.layer_norm(torch.randn(3, 21), (21,))
-    assert d.counters == {"heuristic": 2} and d.memo_hits == 3
+    assert d.counters == {"heuristic": 2} and d.memo_hits == 2
 
 
 @pytest.mark.parametrize(

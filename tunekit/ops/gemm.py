@@ -21,12 +21,14 @@ import math
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 
 from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["linear", "matmul"]
 
@@ -226,6 +228,31 @@ def _gemm_op(
     return y if residual is None else y.add(residual, alpha=beta)
 
 
+def _torch_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    return _torch_gemm(a, b, bias, residual, _check_activation(activation), alpha, beta)
+
+
+def _torch_linear(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    y = TORCH_ACTIVATIONS[_check_activation(activation)](F.linear(input, weight, bias))
+    return y if residual is None else y + residual
+
+
+@hot_path(_torch_matmul)
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -259,6 +286,7 @@ def matmul(
     return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
 
 
+@hot_path(_torch_linear)
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

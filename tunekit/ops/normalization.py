@@ -24,6 +24,7 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import ProblemKey
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.runtime.dispatch import TORCH, Dispatcher, dispatcher
+from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)
@@ -220,6 +221,7 @@ def _layer_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None,
 _layer_norm_op.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
 
 
+@hot_path(F.layer_norm)
 def layer_norm(
     input: torch.Tensor,
     normalized_shape: int | Sequence[int],
@@ -229,11 +231,12 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
-    n, want_db = math.prod(shape), bias is not None and bias.requires_grad
-    rows = _rows_like(input, n)
-    key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
-    if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
-        return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
+    if grads_flow(input, weight, bias):
+        n, want_db = math.prod(shape), bias is not None and bias.requires_grad
+        rows = _rows_like(input, n)
+        key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
+        if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
+            return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     if use_custom_op(input, weight, bias):
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
@@ -345,6 +348,7 @@ def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, N
 _rms_norm_op.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
 
 
+@hot_path(F.rms_norm)
 def rms_norm(
     input: torch.Tensor,
     normalized_shape: int | Sequence[int],
@@ -354,11 +358,11 @@ def rms_norm(
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
-    n = math.prod(shape)
-    rows = _rows_like(input, n)
-    key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
-    if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
-        return F.rms_norm(input, tuple(shape), weight, eps_value)
+    if grads_flow(input, weight):
+        rows = _rows_like(input, math.prod(shape))
+        key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
+        if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
+            return F.rms_norm(input, tuple(shape), weight, eps_value)
     if use_custom_op(input, weight):
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)

@@ -21,6 +21,7 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)
@@ -217,6 +218,7 @@ def _torch_trains_it(*tensors: torch.Tensor | None) -> bool:
     return grads_flow(*tensors) and not torch.compiler.is_compiling() and _POINTWISE_ON_GPU
 
 
+@hot_path(torch.nn.functional.gelu)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
@@ -229,6 +231,19 @@ def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return _pointwise(input, None, None, activation, 1.0)
 
 
+def _torch_bias_act(
+    input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0
+) -> torch.Tensor:
+    return _torch_pointwise(input, bias, None, activation, scale)
+
+
+def _torch_bias_act_residual(
+    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, *, scale: float = 1.0
+) -> torch.Tensor:
+    return _torch_pointwise(input, bias, residual, activation, scale)
+
+
+@hot_path(_torch_bias_act)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
     if _torch_trains_it(input, bias):
@@ -240,6 +255,7 @@ def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *,
     return _pointwise(input, bias, None, activation, scale)
 
 
+@hot_path(_torch_bias_act_residual)
 def bias_act_residual(
     input: torch.Tensor,
     bias: torch.Tensor | None,

@@ -32,6 +32,7 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.ops._checks import check_device, use_custom_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
@@ -291,6 +292,7 @@ def _max_backward(
 _max_op.register_autograd(_max_backward, setup_context=_setup_max)
 
 
+@hot_path(torch.sum)
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     _check_input(input, "sum")
@@ -302,6 +304,7 @@ def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch
     return _reduce("sum", input, dims, bool(keepdim), dtype, run=True)[0]
 
 
+@hot_path(torch.mean)
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
     _check_input(input, "mean")
@@ -313,6 +316,7 @@ def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torc
     return _reduce("mean", input, dims, bool(keepdim), dtype, run=True)[0]
 
 
+@hot_path(torch.max)
 def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_types.max:
     """torch.max(input, dim, keepdim): (values, indices), the first index of the max; NaN wins (first NaN)."""
     _check_input(input, "max")
@@ -409,6 +413,7 @@ def _softmax_args(input: object, dim: object, dtype: object, op: str) -> int:
     return d
 
 
+@hot_path(torch.softmax)
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "softmax")
@@ -417,6 +422,7 @@ def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
     return _softmax(input, d, dtype, log=False, run=True)
 
 
+@hot_path(torch.log_softmax)
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     d = _softmax_args(input, dim, dtype, "log_softmax")

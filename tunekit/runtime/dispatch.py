@@ -26,7 +26,7 @@ from tunekit.core.identity import explain_change
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
-from tunekit.runtime import recorder
+from tunekit.runtime import hotpath, recorder, watch
 from tunekit.store import database
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import Entry
@@ -47,7 +47,6 @@ class Resolution:
     layer: str
     config: Config
     entry: Entry | None = None
-
 
 
 def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
@@ -113,10 +112,13 @@ class Dispatcher:
 
     def config(self, key: ProblemKey) -> Config:
         config = self.memo.get(key)
-        if config is not None:
+        if config is None:
+            config = self._miss(key)
+        else:
             self.memo_hits += 1
-            return config
-        return self._miss(key)
+        if config is TORCH and watch.watching():
+            watch.note_torch_served()
+        return config
 
     def _miss(self, key: ProblemKey) -> Config:
         spec = self.spec
@@ -184,6 +186,7 @@ def forget_memos() -> None:
     """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
     for d in _DISPATCHERS.values():
         d.memo.clear()
+    hotpath.forget_plans()
 
 
 recorder.ON_ENTER.append(forget_memos)
@@ -193,4 +196,5 @@ def reset_all() -> None:
     """Forget every memoised resolution (tests, or after importing a database into a running process)."""
     for d in _DISPATCHERS.values():
         d.clear()
+    hotpath.forget_plans()
     database.shipped_entries.cache_clear()

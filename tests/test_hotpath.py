@@ -1,0 +1,165 @@
+"""The eager hot path (tunekit/runtime/hotpath.py): a signature's plan is built once, reused, invalidated on reset, and gives
+the full path's results on every op, on odd and strided inputs; calls that need autograd never take it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from test_autograd import CASES
+
+import tunekit.ops as ops
+from tunekit.runtime import dispatch, hotpath
+from tunekit.runtime.dispatch import TORCH, Resolution
+from tunekit.runtime.hotpath_plan import Replay, TorchCall
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    dispatch.reset_all()
+    for hot in hotpath.ops():
+        hot.stats = hotpath.Stats()
+
+
+def _stats(op: Callable[..., object]) -> hotpath.Stats:
+    assert isinstance(op, hotpath.HotPath)
+    return op.stats
+
+
+def _leaves(name: str, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=gen) for s in CASES[name][0]]
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and type(a) is type(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+        return
+    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    assert a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_op_replays_its_full_path(name: str) -> None:
+    """Third and later calls are replays; with new data of the same signature they equal the full path bitwise."""
+    call = CASES[name][1]
+    op = getattr(ops, name)
+    for seed in range(3):
+        call(*_leaves(name, seed))
+    stats = _stats(op)
+    assert (stats.watched, stats.plans, stats.replays) == (1, 1, 1), stats
+    fresh = _leaves(name, 7)
+    replayed = call(*fresh)
+    hotpath.forget_plans()
+    _same(replayed, call(*fresh))  # after forgetting: the full path
+
+
+def test_a_plan_is_bound_once_per_signature() -> None:
+    w, b = torch.randn(64), torch.randn(64)
+    for _ in range(10):
+        ops.layer_norm(torch.randn(5, 64), (64,), w, b)
+    stats = _stats(ops.layer_norm)
+    assert (stats.watched, stats.plans, stats.replays) == (1, 1, 8)
+    for _ in range(3):  # another shape is another signature: one more watch and plan
+        ops.layer_norm(torch.randn(6, 64), (64,), w, b)
+    assert (stats.watched, stats.plans, stats.replays) == (2, 2, 9)
+
+
+def test_reset_all_forgets_plans() -> None:
+    x = torch.randn(4, 40)
+    for _ in range(3):
+        ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 1
+    dispatch.reset_all()
+    for _ in range(2):  # a full call, then a watched one: no replay until a plan is rebuilt
+        ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 1
+    ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 2
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 3, 1023), (0, 16), (5, 2049)])
+def test_odd_shapes(shape: tuple[int, ...]) -> None:
+    n = shape[-1]
+    w = torch.randn(n)
+    outs = [ops.rms_norm(x, (n,), w, 1e-6) for x in [torch.randn(shape) for _ in range(3)]]
+    x = torch.randn(shape)
+    torch.testing.assert_close(ops.rms_norm(x, (n,), w, 1e-6), torch.nn.functional.rms_norm(x, (n,), w, 1e-6))
+    assert len(outs) == 3 and _stats(ops.rms_norm).replays >= 1
+
+
+def test_strided_input_copies_so_keeps_the_full_path() -> None:
+    """A transposed input is copied to rows by the op: a plan would skip the copy, so none is built."""
+    x = torch.randn(48, 6).T  # [6, 48], last dim strided
+    for _ in range(3):
+        y = ops.layer_norm(x, (48,))
+    stats = _stats(ops.layer_norm)
+    assert stats.plans == 0 and stats.replays == 0 and len(stats.refused) == 1
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (48,)))
+
+
+def test_offset_views_replay_at_their_own_pointer() -> None:
+    """Row slices of one buffer share a signature when aligned alike; each replay reads its own rows."""
+    base = torch.randn(64, 32)
+    views = [base[i * 8 : i * 8 + 4] for i in range(4)]  # 8 rows * 128 bytes apart: same 16-byte alignment
+    outs = [ops.softmax(v, -1) for v in views]
+    assert _stats(ops.softmax).replays == 2
+    for v, y in zip(views, outs):
+        torch.testing.assert_close(y, torch.softmax(v, -1))
+
+
+def test_aliased_arguments_are_another_signature() -> None:
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    for _ in range(3):
+        ops.matmul(a, b)
+    ops.matmul(a, a)  # same shapes, one pointer twice: not the plan of (a, b)
+    assert _stats(ops.matmul).replays == 1
+    torch.testing.assert_close(ops.matmul(a, a), a @ a, atol=1e-3, rtol=1e-3)
+
+
+def test_autograd_calls_never_take_the_hot_path() -> None:
+    w = torch.randn(24, requires_grad=True)
+    for _ in range(4):
+        y = ops.rms_norm(torch.randn(3, 24), (24,), w, 1e-6)
+    stats = _stats(ops.rms_norm)
+    assert y.requires_grad and (stats.plans, stats.replays, stats.refused) == (0, 0, {"autograd": 1})
+    with torch.no_grad():  # the same tensors' signature without autograd: a plan of its own
+        for _ in range(3):
+            y = ops.rms_norm(torch.randn(3, 24), (24,), w, 1e-6)
+    assert not y.requires_grad and (stats.plans, stats.replays) == (1, 1)
+
+
+def test_torch_served_signature_calls_torch_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where dispatch serves TORCH, the plan is torch's own op: nothing of tunekit's runs around it."""
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    x, w, b = torch.randn(4, 40), torch.randn(40), torch.randn(40)
+    for _ in range(3):
+        y = ops.layer_norm(x, (40,), w, b)
+    plan = ops.layer_norm.plans  # type: ignore[attr-defined]
+    assert [type(p) for p in plan.values()] == [TorchCall]
+    assert _stats(ops.layer_norm).replays == 1
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (40,), w, b))
+
+
+def test_triton_plans_replay_launches() -> None:
+    x = torch.randn(4, 40)
+    for _ in range(2):
+        ops.gelu(x)
+    (plan,) = ops.gelu.plans.values()  # type: ignore[attr-defined]
+    assert isinstance(plan, Replay) and len(plan.fires) == 1 and len(plan.allocations) == 1
+
+
+def test_record_problems_bypasses_plans(tmp_path: object) -> None:
+    """Recording problems needs every call to reach dispatch: plans step aside while a recorder is active."""
+    import tunekit
+
+    x = torch.randn(4, 40)
+    for _ in range(3):
+        ops.softmax(x, -1)
+    with tunekit.record_problems() as recorded:
+        ops.softmax(x, -1)
+    assert any(kernel == "softmax" for kernel, _ in recorded.problems)

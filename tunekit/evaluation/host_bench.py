@@ -1,0 +1,170 @@
+"""Host cost per eager call: every op in `tunekit.ops` next to torch's equivalent, the bare launch of the op's own
+compiled kernels, an empty Triton launch, and the GPU time of the same problem (a host time above the GPU time is a
+host-bound problem).
+
+Times are per call in a loop of `calls` calls after warm-up, synchronized once at the end: what a model's Python
+loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a
+CUDA GPU. Run as `tunekit bench-host` (or `python -m tunekit.evaluation.host_bench`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
+import tunekit.core.backend  # noqa: F401
+
+# isort: split
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from tunekit.core.errors import TunekitError
+
+
+@dataclass
+class HostRow:
+    op: str
+    problem: str
+    served: str  # the dispatch layer that served it
+    tunekit_us: float  # per call, host loop
+    torch_us: float
+    bare_launch_us: float | None  # the op's compiled kernels fired with ready arguments (None: torch serves)
+    gpu_us: float  # the GPU time of the tunekit call (median of CUDA-graph replays: no host cost in it)
+
+    @property
+    def ratio(self) -> float:
+        """torch's time over tunekit's: above 1.0 tunekit's call is cheaper."""
+        return self.torch_us / self.tunekit_us
+
+
+Case = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Callable[[], Any]]
+
+
+def _cases(rows: int, width: int, dtype: torch.dtype) -> dict[str, Case]:
+    """name -> (tunekit op, its args, its kwargs, torch's call) on one decode-sized problem."""
+    import tunekit.ops as ops
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    x, w, b, r = rand(rows, width), rand(width), rand(width), rand(rows, width)
+    lw = rand(width, width) / width**0.5
+    return {
+        "layer_norm": (ops.layer_norm, (x, (width,), w, b), {}, lambda: F.layer_norm(x, (width,), w, b)),
+        "rms_norm": (ops.rms_norm, (x, (width,), w, 1e-6), {}, lambda: F.rms_norm(x, (width,), w, 1e-6)),
+        "softmax": (ops.softmax, (x, -1), {}, lambda: torch.softmax(x, -1)),
+        "log_softmax": (ops.log_softmax, (x, -1), {}, lambda: torch.log_softmax(x, -1)),
+        "sum": (ops.sum, (x, -1), {}, lambda: torch.sum(x, -1)),
+        "mean": (ops.mean, (x, -1), {}, lambda: torch.mean(x, -1)),
+        "max": (ops.max, (x, -1), {}, lambda: torch.max(x, -1)),
+        "gelu": (ops.gelu, (x,), {}, lambda: F.gelu(x)),
+        "bias_act": (ops.bias_act, (x, b, "silu"), {}, lambda: F.silu(x + b)),
+        "bias_act_residual": (ops.bias_act_residual, (x, b, r, "gelu"), {}, lambda: F.gelu(x + b) + r),
+        "linear": (ops.linear, (x, lw), {}, lambda: F.linear(x, lw)),
+        "linear+bias+silu": (ops.linear, (x, lw, b, "silu"), {}, lambda: F.silu(F.linear(x, lw, b))),
+        "matmul": (ops.matmul, (x, lw.T), {}, lambda: torch.mm(x, lw.T)),
+    }
+
+
+def per_call_us(fn: Callable[[], Any], calls: int) -> float:
+    for _ in range(max(calls // 20, 20)):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _bare_launch(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> float | None:
+    """The call's replay plan's launches with every argument already resolved: the floor of any eager call."""
+    from tunekit.runtime.hotpath import _signature
+    from tunekit.runtime.hotpath_plan import Replay
+
+    plan = op.plans.get(_signature(args, kwargs))
+    if not isinstance(plan, Replay):
+        return None
+    return per_call_us(plan.prepared(args, kwargs), calls)
+
+
+@triton.jit
+def _empty(x_ptr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    pass
+
+
+def _empty_launch_us(calls: int) -> tuple[float, float]:
+    """(an empty kernel through Triton's JIT path, the same kernel through its compiled launcher)."""
+    x = torch.empty(16, device="cuda")
+    compiled = _empty[(1,)](x, BLOCK=16)
+    stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    jit = per_call_us(lambda: _empty[(1,)](x, BLOCK=16), calls)
+    bare = per_call_us(lambda: run(1, 1, 1, stream, function, packed, None, None, None, x, 16), calls)
+    return jit, bare
+
+
+def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls: int) -> HostRow:
+    from triton.testing import do_bench_cudagraph
+
+    from tunekit.runtime.dispatch import _DISPATCHERS
+
+    op, args, kwargs, ref = case
+    before = {k: len(d.served_by) for k, d in _DISPATCHERS.items()}
+
+    def call() -> Any:
+        return op(*args, **kwargs)
+
+    tk_us, torch_us = per_call_us(call, calls), per_call_us(ref, calls)
+    served = {layer for n, d in _DISPATCHERS.items() for layer in list(d.served_by.values())[before.get(n, 0) :]}
+    bare = _bare_launch(op, args, kwargs, calls)
+    gpu = do_bench_cudagraph(call, return_mode="median") * 1e3  # replayed as a graph: the GPU's time alone
+    problem = f"{rows}x{width} {str(dtype).removeprefix('torch.')}"
+    return HostRow(name, problem, ",".join(sorted(served)) or "?", tk_us, torch_us, bare, gpu)
+
+
+def measure(rows: int = 8, width: int = 1024, dtype: torch.dtype = torch.float16, calls: int = 3000) -> dict[str, Any]:
+    """One run on this host: a row per op, and the empty-launch floors."""
+    if not torch.cuda.is_available():
+        raise TunekitError("bench-host needs a CUDA GPU: it times eager launches")
+    out = [_row(name, case, rows, width, dtype, calls) for name, case in _cases(rows, width, dtype).items()]
+    jit, bare = _empty_launch_us(calls)
+    return {"rows": [asdict(r) | {"ratio": r.ratio} for r in out], "empty_jit_us": jit, "empty_bare_us": bare}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"{'op':20s} {'problem':14s} {'served':10s} {'tunekit us':>10s} {'torch us':>9s} {'torch/tk':>8s} "
+        f"{'bare us':>8s} {'tk-bare':>8s} {'gpu us':>8s}"
+    ]
+    for r in result["rows"]:
+        bare = r["bare_launch_us"]
+        gap = f"{r['tunekit_us'] - bare:8.1f}" if bare is not None else f"{'-':>8s}"
+        bare_s = f"{bare:8.1f}" if bare is not None else f"{'-':>8s}"
+        lines.append(
+            f"{r['op']:20s} {r['problem']:14s} {r['served']:10s} {r['tunekit_us']:10.1f} {r['torch_us']:9.1f} "
+            f"{r['ratio']:8.2f} {bare_s} {gap} {r['gpu_us']:8.1f}"
+        )
+    lines.append(
+        f"empty Triton kernel: {result['empty_jit_us']:.1f} us through the JIT, {result['empty_bare_us']:.1f} us bare"
+    )
+    return "\n".join(lines)
+
+
+def main(out: Path | None = None, **kwargs: Any) -> str:
+    result = measure(**kwargs)
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
+    return table(result)
+
+
+if __name__ == "__main__":
+    print(main())

@@ -1,0 +1,169 @@
+"""The eager hot path: an op called again with the same call signature replays what that call did.
+
+What an op does between its arguments and its kernel launches (validation, reshapes, the problem key, the dispatch
+lookup, the grid, constexprs, Triton's argument binding and specialization) depends only on the arguments' shapes,
+strides, dtypes, devices, 16-byte pointer alignment and the non-tensor arguments: the call signature. So the second
+call with a signature is watched, and from then on the op is a plan:
+- `Replay`: allocate what that call allocated, then fire its launches with the new tensors' pointers, straight into
+  each compiled kernel's launcher (Triton's `CompiledKernel.run`, the launch entry its JIT path ends in);
+- `TorchCall`: where dispatch served torch's own implementation, call torch's op directly.
+
+A watched call that did anything else (copied, filled, computed with torch) gets no plan and keeps the full path.
+The first call with a signature always takes the full path (it may tune, compile or store), and is not watched.
+
+Only calls that need no autograd and are not being compiled take the hot path; the plans are forgotten with the
+dispatch memos (`dispatch.reset_all`, `forget_memos`, `record_problems`). In Triton's interpreter (CPU) a plan
+fires each launch through the interpreter, so the CPU tests exercise the same signatures, plans and bindings.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+from tunekit.runtime import recorder
+from tunekit.runtime.hotpath_plan import build_plan
+from tunekit.runtime.watch import Watch
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SEEN = object()  # a signature called once: the next call is watched
+_NO_PLAN = object()  # a signature whose watched call did something a plan cannot replay
+_OPS: list[HotPath] = []
+_MAX_SIGNATURES = 4096  # per op
+
+
+@dataclass
+class Stats:
+    """Per op: calls served by a plan, signatures watched, plans built (re-bindings), and why some were refused."""
+
+    replays: int = 0
+    watched: int = 0
+    plans: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+
+def _tensor_part(value: torch.Tensor, pointers: list[int]) -> tuple[object, ...]:
+    pointer = value.data_ptr()
+    pointers.append(pointer)
+    return (value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad)
+
+
+def _signature(
+    args: Sequence[object],
+    kwargs: dict[str, object],
+    tensor: type[torch.Tensor] = torch.Tensor,
+    grad_enabled: Callable[[], bool] = torch.is_grad_enabled,
+) -> tuple[object, ...]:
+    """What the op's host work depends on. Tensors nested in containers hash by identity: such a call never repeats
+    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind). The defaults bind names once (hot loop)."""
+    parts: list[object] = [grad_enabled()]
+    append = parts.append
+    pointers: list[int] = []
+    for value in args:
+        if isinstance(value, tensor):
+            pointer = value.data_ptr()
+            pointers.append(pointer)
+            append((value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad))
+        elif type(value) is list:
+            append(tuple(value))
+        else:
+            append(value)
+    for name, value in kwargs.items():
+        append(name)
+        if isinstance(value, tensor):
+            append(_tensor_part(value, pointers))
+        else:
+            append(tuple(value) if type(value) is list else value)
+    if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
+        append(len(set(pointers)))
+    return tuple(parts)
+
+
+class HotPath:
+    """An op's plans by call signature. Calling it is calling the op."""
+
+    def __init__(self, op: Callable[..., Any], torch_equivalent: Callable[..., Any] | None) -> None:
+        self.op = op
+        self.torch_equivalent = torch_equivalent
+        self.plans: dict[tuple[object, ...], object] = {}
+        self.stats = Stats()
+        functools.update_wrapper(self, op)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or recorder.ACTIVE:
+            return self.op(*args, **kwargs)
+        try:
+            signature = _signature(args, kwargs)
+            plan = self.plans.get(signature)
+        except TypeError:  # an unhashable argument: the full path
+            return self.op(*args, **kwargs)
+        if plan is None:
+            if len(self.plans) >= _MAX_SIGNATURES:  # shapes that never repeat: start over rather than grow
+                self.plans.clear()
+            self.plans[signature] = _SEEN
+            return self.op(*args, **kwargs)
+        if plan is _NO_PLAN:
+            return self.op(*args, **kwargs)
+        if plan is _SEEN:
+            return self._watch(signature, args, kwargs)
+        self.stats.replays += 1
+        return plan(args, kwargs)  # type: ignore[operator]
+
+    def _watch(self, signature: tuple[object, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.stats.watched += 1
+        if torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())
+        ):  # autograd records this call: only the full path does that
+            self.stats.refused["autograd"] = self.stats.refused.get("autograd", 0) + 1
+            self.plans[signature] = _NO_PLAN
+            return self.op(*args, **kwargs)
+        watch = Watch()
+        with _on_device(args, kwargs), watch.active():
+            result = self.op(*args, **kwargs)
+        plan, refusal = build_plan(watch, args, kwargs, result, self.torch_equivalent)
+        if plan is None:
+            self.stats.refused[refusal] = self.stats.refused.get(refusal, 0) + 1
+            self.plans[signature] = _NO_PLAN
+        else:
+            self.stats.plans += 1
+            self.plans[signature] = plan
+        return result
+
+    def forget(self) -> None:
+        self.plans.clear()
+
+
+def hot_path(torch_equivalent: Callable[..., Any] | None = None) -> Callable[[F], F]:
+    """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes."""
+
+    def wrap(op: F) -> F:
+        hot = HotPath(op, torch_equivalent)
+        _OPS.append(hot)
+        return hot  # type: ignore[return-value]
+
+    return wrap
+
+
+def forget_plans() -> None:
+    """Drop every plan: the next call of each signature takes the full path again (dispatch's reset calls this)."""
+    for hot in _OPS:
+        hot.forget()
+
+
+def ops() -> list[HotPath]:
+    return list(_OPS)
+
+
+@contextmanager
+def _on_device(args: Sequence[object], kwargs: dict[str, object]) -> Iterator[None]:
+    """Watch on the first tensor's GPU, so the kernels compile and load for the device the plan will launch on."""
+    first = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
+    on_gpu = first is not None and first.device.type == "cuda"
+    with torch.cuda.device(first.device) if on_gpu else nullcontext():  # type: ignore[union-attr]
+        yield
