@@ -1,5 +1,5 @@
-"""The eager hot path (tunekit/runtime/hotpath.py): a signature's plan is built once, reused, invalidated on reset, and gives
-the full path's results on every op, on odd and strided inputs; calls that need autograd never take it."""
+"""The eager hot path (tunekit/runtime/hotpath.py): a signature's plan is built once, reused, invalidated on reset,
+and gives the full path's results on every op, on odd and strided inputs; calls that need autograd never take it."""
 
 from __future__ import annotations
 
@@ -163,3 +163,13 @@ def test_record_problems_bypasses_plans(tmp_path: object) -> None:
     with tunekit.record_problems() as recorded:
         ops.softmax(x, -1)
     assert any(kernel == "softmax" for kernel, _ in recorded.problems)
+
+
+def test_bench_host_needs_a_gpu_and_says_so() -> None:
+    """The benchmark command times eager launches; on the CPU it refuses in one line."""
+    from typer.testing import CliRunner
+
+    from tunekit.cli import app
+
+    result = CliRunner().invoke(app, ["bench-host"])
+    assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1

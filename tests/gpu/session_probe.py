@@ -127,16 +127,11 @@ def host_cost(calls: int = 3000) -> None:
         "torch.softmax": lambda: torch.softmax(x16, -1),
         "empty triton kernel": lambda: _empty[(1,)](x16, BLOCK=16),
     }
+    from tunekit.evaluation.host_bench import per_call_us
+
     rows = {}
     for name, fn in cases.items():
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        rows[name] = (time.perf_counter() - t) / calls * 1e6
+        rows[name] = per_call_us(fn, calls)
         print(f"host {name:28s} {rows[name]:7.1f} us/call")
     record["host_us_per_call"] = rows
 

@@ -936,6 +936,25 @@ def devices(json_out: JsonOpt = False) -> None:
             _say(f"  {name}: {printable(value)}")
 
 
+@command("bench-host")
+def bench_host(
+    rows: Annotated[int, typer.Option("--rows", help="Rows of each op's problem (a decode step's batch).")] = 8,
+    width: Annotated[int, typer.Option("--width", help="Hidden size of each op's problem.")] = 1024,
+    calls: Annotated[int, typer.Option("--calls", help="Calls per timed loop.")] = 3000,
+    json_out: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON to this file.")] = None,
+) -> None:
+    """Host time per eager call of every op, next to torch's equivalent, its bare launch and its GPU time."""
+    import json
+
+    from tunekit.evaluation.host_bench import measure, table
+
+    result = measure(rows=rows, width=width, calls=calls)
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1) if json_out else table(result))
+
+
 def main() -> None:
     app(prog_name="tunekit")
 

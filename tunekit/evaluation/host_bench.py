@@ -4,16 +4,14 @@ host-bound problem).
 
 Times are per call in a loop of `calls` calls after warm-up, synchronized once at the end: what a model's Python
 loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a
-CUDA GPU. Run as `tunekit bench-host` (or `python -m tunekit.evaluation.host_bench`).
+CUDA GPU. Run as `tunekit bench-host`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 # First: it sets TRITON_INTERPRET when there is no GPU, and triton reads that when it is imported.
@@ -157,14 +155,3 @@ def table(result: dict[str, Any]) -> str:
         f"empty Triton kernel: {result['empty_jit_us']:.1f} us through the JIT, {result['empty_bare_us']:.1f} us bare"
     )
     return "\n".join(lines)
-
-
-def main(out: Path | None = None, **kwargs: Any) -> str:
-    result = measure(**kwargs)
-    if out is not None:
-        out.write_text(json.dumps(result, indent=1))
-    return table(result)
-
-
-if __name__ == "__main__":
-    print(main())
