@@ -48,12 +48,6 @@ class Stats:
     refused: dict[str, int] = field(default_factory=dict)
 
 
-def _tensor_part(value: torch.Tensor, pointers: list[int]) -> tuple[object, ...]:
-    pointer = value.data_ptr()
-    pointers.append(pointer)
-    return (value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad)
-
-
 def _signature(
     args: Sequence[object],
     kwargs: dict[str, object],
@@ -65,7 +59,7 @@ def _signature(
     parts: list[object] = [grad_enabled()]
     append = parts.append
     pointers: list[int] = []
-    for value in args:
+    for value in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(value, tensor):
             pointer = value.data_ptr()
             pointers.append(pointer)
@@ -74,12 +68,8 @@ def _signature(
             append(tuple(value))
         else:
             append(value)
-    for name, value in kwargs.items():
-        append(name)
-        if isinstance(value, tensor):
-            append(_tensor_part(value, pointers))
-        else:
-            append(tuple(value) if type(value) is list else value)
+    if kwargs:
+        append(tuple(kwargs))
     if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
         append(len(set(pointers)))
     return tuple(parts)

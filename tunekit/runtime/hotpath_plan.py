@@ -3,7 +3,9 @@
 A plan refers to tensors by source: the call's tensor arguments first (by position or keyword), then the tensors
 the watched call allocated. Every tensor a launch received is found by pointer inside one source (at an offset
 when it was a view that moved the pointer); a launch argument found nowhere, or a result that is none of the
-sources, refuses the plan. Scalars, grids and constexprs are constants of the signature.
+sources, refuses the plan. Scalars, grids and constexprs are constants of the signature. Plans fire without
+Triton's launch hooks: none is built while a hook is set, and a hook set later is not called for existing plans
+(`reset_all` drops them).
 """
 
 from __future__ import annotations
@@ -112,11 +114,14 @@ class _Fire:
     template: list[Any]
     refs: list[tuple[int, Ref]]
 
-    def __call__(self, tensors: list[torch.Tensor], stream: int) -> None:
+    def values(self, tensors: list[torch.Tensor]) -> list[Any]:
         values = list(self.template)
         for position, ref in self.refs:
             values[position] = _resolve(ref, tensors)
-        self.launch(values, stream)
+        return values
+
+    def __call__(self, tensors: list[torch.Tensor], stream: int) -> None:
+        self.launch(self.values(tensors), stream)
 
 
 def _fire(launch: Launch, sources: _Sources) -> _Fire:
@@ -221,12 +226,7 @@ class Replay:
         """The plan's launches for these arguments with every argument resolved (for timing the launch floor)."""
         tensors = self._tensors(args, kwargs)
         stream = 0 if self.device is None else _raw_stream(self.device)
-        ready = []
-        for fire in self.fires:
-            values = list(fire.template)
-            for position, ref in fire.refs:
-                values[position] = _resolve(ref, tensors)
-            ready.append((fire.launch, values))
+        ready = [(fire.launch, fire.values(tensors)) for fire in self.fires]
 
         def launch_all() -> None:
             for launch, values in ready:
