@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec, Outputs, Tolerance
-    from tunekit.evaluation.suite import Family, Runner
+    from tunekit.evaluation.suite import Family
+    from tunekit.evaluation.suite_baselines import Runner
     from tunekit.tuning.bench import Timer
 
 from tunekit.evaluation.names import COMPILED, COPY, EAGER, EVENTS, GRAPH, HEURISTIC, MAX_AUTOTUNE, TUNEKIT
@@ -88,7 +89,7 @@ def _after_failed_capture() -> None:
 
 def _time(run: Runner, method: str, timer: Timer) -> tuple[float, str, str]:
     """(ms, how it was timed, note). A graph that cannot be captured falls back to events, and says so."""
-    from tunekit.evaluation.suite import AutogradRunner
+    from tunekit.evaluation.suite_baselines import AutogradRunner
 
     if method == GRAPH and isinstance(run, AutogradRunner):
         # Not even tried: autograd's backward runs off the capture stream, and the capture that failed on the
@@ -206,7 +207,7 @@ def matmul_tflops(timer: Timer, size: int = MATMUL_SIZE) -> float:
 
 def launch_floor_ms(timer: Timer, interpreted: bool) -> float:
     """An empty Triton kernel, timed as launch-bound problems are (CUDA graph; wall-clock in the interpreter)."""
-    from tunekit.evaluation.suite import empty_kernel
+    from tunekit.evaluation.suite_baselines import empty_kernel
 
     def run() -> None:
         empty_kernel[(1,)]()
@@ -284,7 +285,7 @@ def _torch_measurements(
     method: str,
     ctx: _Context,
 ) -> list[Measurement]:
-    from tunekit.evaluation.suite import compiled_runner, eager_runner
+    from tunekit.evaluation.suite_baselines import compiled_runner, eager_runner
 
     measurements = []
     program = family.torch_program
@@ -377,7 +378,8 @@ def max_autotune_child() -> None:
     """The child's side: one request on stdin, one result line on stdout."""
     from tunekit.core import backend
     from tunekit.core.registry import get_spec
-    from tunekit.evaluation.suite import SEED, compiled_runner, families, family_for
+    from tunekit.evaluation.suite import SEED, families, family_for
+    from tunekit.evaluation.suite_baselines import compiled_runner
     from tunekit.tuning.bench import default_timer
 
     request = json.loads(sys.stdin.read())

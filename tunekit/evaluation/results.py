@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.evaluation.names import BOUND_RATIO, COPY, COPY_RATIO, EVENTS, GRAPH, HEURISTIC, TUNEKIT, WALL
 
 if TYPE_CHECKING:
-    from tunekit.evaluation.suite import Target
+    from tunekit.evaluation.suite_targets import Target
 
 
 FORMAT = "tunekit-bench"
@@ -248,7 +248,8 @@ def ratio_stats(rows: list[Row], ratio: str) -> dict[str, Any]:
 
 def _groups(family: str, rows: list[Row]) -> list[tuple[str, list[Row]]]:
     """(ALL, rows), then each of the family's groups (widths 2^k±1, GEMM size classes) with its rows."""
-    from tunekit.evaluation.suite import ALL, families
+    from tunekit.evaluation.suite import families
+    from tunekit.evaluation.suite_targets import ALL
 
     known = families().get(family)
     groups = [(ALL, rows)]
@@ -278,7 +279,7 @@ def _judge(target: Target, stats: dict[str, Any], bound: dict[str, Any] | None) 
 def summarize(run: BenchRun) -> dict[str, Any] | None:
     """Per family and group, the geomean of every ratio over rows timed with CUDA events, and the issue's targets
     judged on them. None for an interpreter run (wall-clock claims no ratio)."""
-    from tunekit.evaluation.suite import TARGETS
+    from tunekit.evaluation.suite_targets import TARGETS
 
     if run.interpreted:
         return None
