@@ -23,41 +23,38 @@ What it promises (tests/test_store.py, test_cache_integrity.py, test_concurrency
   a store that is damaged is ever called so.
 - Size is unbounded unless TUNEKIT_CACHE_MAX_MB is set; then the least recently stored entries are evicted after a
   write that goes past the cap, and a warning says how many.
+
+The file and schema checks are tunekit.store.file_safety's, payload validation tunekit.store.payload's, and the
+one-line causes of errors tunekit.store.diagnosis's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
-import math
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.core import registry, settings
-from tunekit.core.errors import CacheError, TunekitError
-from tunekit.store.entry import TRIAL_STATUSES, Entry, merge_entries
-from tunekit.store.key import SCHEMA_VERSION, CacheKey
+from tunekit.core import settings
+from tunekit.core.errors import CacheError
+from tunekit.store.diagnosis import READONLY, explain, primary_code
+from tunekit.store.entry import Entry, merge_entries
+from tunekit.store.file_safety import DB_NAME, TABLE_SQL, Refused, check_files, has_table
+from tunekit.store.key import CacheKey
+from tunekit.store.payload import parse_payload
 
 logger = logging.getLogger("tunekit")
 
-DB_NAME = "store.sqlite3"
 LEGACY_NAME = "cache.db"  # the diskcache store of earlier versions: never opened
+# The store's limits, read from this module at each use (tests lower them here): what reads them stays here.
 TIMEOUT_S = 60.0  # the longest wait for another process's lock
 MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's largest are well under 1 MiB)
-_TABLE_SQL = "CREATE TABLE entries (digest TEXT PRIMARY KEY, stored_at REAL NOT NULL, payload TEXT NOT NULL)"
-_SCHEMA = {("table", "entries", _TABLE_SQL), ("index", "sqlite_autoindex_entries_1", None)}
-_JOURNALS = ("-journal", "-wal", "-shm")
-_HEADER = b"SQLite format 3\x00"
-_JOURNAL_MAGIC = bytes((0xD9, 0xD5, 0x05, 0xF9, 0x20, 0xA1, 0x63, 0xD7))  # begins a journal header, ends a super record
-# SQLite result codes (primary, and the one extended code we act on)
-_BUSY, _READONLY, _CORRUPT, _FULL, _NOTADB = 5, 8, 11, 13, 26  # SQLite's primary result codes
+_TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
 
@@ -66,10 +63,6 @@ def _warn_once(what: str, reason: str, message: str) -> None:
     if (what, reason) not in _warned:
         _warned.add((what, reason))
         logger.warning("%s", message)
-
-
-class _Refused(Exception):
-    """The store's file, or a file SQLite would open beside it, is not what tunekit writes: never opened."""
 
 
 class _Skip:
@@ -95,8 +88,9 @@ class Store:
             self.directory.mkdir(parents=True, exist_ok=True)
             with self._reader():  # a store that cannot be read is said now, in one line
                 pass
-        except (_Refused, OSError, sqlite3.Error) as exc:
-            raise CacheError(f"cannot open the cache store at {self.directory}: {_explain(exc, False)}") from None
+        except (Refused, OSError, sqlite3.Error) as exc:
+            why = explain(exc, False, TIMEOUT_S)
+            raise CacheError(f"cannot open the cache store at {self.directory}: {why}") from None
         if os.path.lexists(self.directory / LEGACY_NAME) and not os.path.lexists(self.path):
             _warn_once(
                 str(self.directory),
@@ -131,17 +125,18 @@ class Store:
         conn: sqlite3.Connection | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _check_files(self.path)
+            check_files(self.path)
             conn = _connect(self.path, read_only=False)
             conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("BEGIN IMMEDIATE")
-            if not _has_table(conn):
-                conn.execute(_TABLE_SQL)
+            if not has_table(conn):
+                conn.execute(TABLE_SQL)
             self._conn = conn
             yield conn
             conn.execute("COMMIT")
-        except (_Refused, OSError, sqlite3.Error) as exc:
-            raise CacheError(f"cannot write the cache store at {self.directory}: {_explain(exc, True)}") from None
+        except (Refused, OSError, sqlite3.Error) as exc:
+            why = explain(exc, True, TIMEOUT_S)
+            raise CacheError(f"cannot write the cache store at {self.directory}: {why}") from None
         finally:
             self._conn = None
             if conn is not None:
@@ -198,7 +193,7 @@ class Store:
         try:
             with self._reader() as conn:
                 return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0]) if conn is not None else 0
-        except (_Refused, OSError, sqlite3.Error) as exc:
+        except (Refused, OSError, sqlite3.Error) as exc:
             self._unreadable(exc)
             return 0
 
@@ -209,22 +204,22 @@ class Store:
         if self._conn is not None:
             yield self._conn
             return
-        if not _check_files(self.path):
+        if not check_files(self.path):
             yield None
             return
         conn = _connect(self.path, read_only=True)
         try:
             try:
-                has_table = _has_table(conn)
+                holds_table = has_table(conn)
             except sqlite3.OperationalError as exc:
-                if _primary_code(exc) != _READONLY:
+                if primary_code(exc) != READONLY:
                     raise
                 # A writer was killed mid-write (SQLITE_READONLY_ROLLBACK): its journal must be rolled back, which a
                 # read-only connection cannot do. Any read through a writable one does it (not on a read-only mount).
                 with contextlib.closing(_connect(self.path, read_only=False)) as rw:
                     rw.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                has_table = _has_table(conn)
-            yield conn if has_table else None
+                holds_table = has_table(conn)
+            yield conn if holds_table else None
         finally:
             conn.close()
 
@@ -245,7 +240,7 @@ class Store:
                     rows = conn.execute(query).fetchall()
                 else:
                     rows = conn.execute(query + " WHERE digest = ?", (digest,)).fetchall()
-        except (_Refused, OSError, sqlite3.Error) as exc:
+        except (Refused, OSError, sqlite3.Error) as exc:
             self._unreadable(exc)
             return []
         return [(d, text if text is not None else _Skip(kind)) for d, kind, text in rows]
@@ -276,8 +271,8 @@ class Store:
         _warn_once(
             str(self.directory),
             "unreadable",
-            f"tunekit: the cache store at {self.directory} is unreadable: {_explain(exc, False)}. Its entries are "
-            "ignored (dispatch falls back to shipped databases and defaults).",
+            f"tunekit: the cache store at {self.directory} is unreadable: {explain(exc, False, TIMEOUT_S)}. Its "
+            "entries are ignored (dispatch falls back to shipped databases and defaults).",
         )
 
     def _decode(self, digest: object, raw: object) -> Entry | None:
@@ -289,7 +284,7 @@ class Store:
         elif isinstance(raw, _Skip):
             entry, reason, why = None, raw.reason, raw.why
         else:
-            entry, reason, why = _parse(digest, raw)
+            entry, reason, why = parse_payload(digest, raw)
         if entry is None:
             _warn_once(
                 digest if isinstance(digest, str) else str(self.directory),
@@ -313,211 +308,6 @@ def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
     return conn
 
 
-def _check_files(path: Path) -> bool:
-    """Whether the database file exists. Raises _Refused when it, or a file SQLite would open beside it, is not
-    what tunekit writes (see the module's docstring). Opens nothing that could block: lstat, then O_NONBLOCK."""
-    exists = False
-    for suffix in ("", *_JOURNALS):
-        name = f"{path}{suffix}"
-        try:
-            st = os.lstat(name)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            raise _Refused(f"{name} is {_kind(st.st_mode)}, not a regular file")
-        if st.st_nlink != 1:
-            raise _Refused(f"{name} has {st.st_nlink} hard links (tunekit's files have one)")
-        if suffix in ("-wal", "-shm"):
-            raise _Refused(f"{name} exists, but tunekit's store never uses SQLite's WAL mode")
-        exists = exists or suffix == ""
-    if not exists:
-        return False
-    header = _read_regular(str(path), 0, 100)
-    if header and (len(header) < 100 or not header.startswith(_HEADER)):
-        raise _Refused(f"{path} is not an SQLite database (damaged, or not written by tunekit)")
-    if header and header[18:20] != b"\x01\x01":
-        raise _Refused(f"{path} is in SQLite's WAL mode, which tunekit's store never uses")
-    # A journal left by an interrupted write is rolled back by the next writer. One that ends in a super-journal
-    # record names another file, which SQLite would then open and delete: tunekit never writes one.
-    tail = _read_regular(f"{path}-journal", -16, 16)
-    if len(tail) == 16 and tail[8:] == _JOURNAL_MAGIC:
-        raise _Refused(f"{path}-journal names a super-journal (another file), which tunekit never writes")
-    return True
-
-
-def _read_regular(name: str, offset: int, size: int) -> bytes:
-    """Up to `size` bytes at `offset` (from the end when negative) of a regular file; b"" if it is gone or shorter.
-    Never follows a symlink, never blocks on a FIFO."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(name, flags)
-    except FileNotFoundError:  # a journal comes and goes with every write
-        return b""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Refused(f"{name} is {_kind(st.st_mode)}, not a regular file")
-        start = offset if offset >= 0 else st.st_size + offset
-        return os.pread(fd, size, start) if start >= 0 else b""
-    finally:
-        os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "a special file"
-
-
-def _has_table(conn: sqlite3.Connection) -> bool:
-    """Whether tunekit's table exists (False: an empty database). Raises _Refused when the schema holds anything
-    else (other tables, views, triggers): a crafted schema could make our statements run its SQL."""
-    found = set(conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall())
-    if found and found != _SCHEMA:
-        raise _Refused("its database holds tables, views or triggers that tunekit never writes")
-    return bool(found)
-
-
 def _used_bytes(conn: sqlite3.Connection) -> int:
     pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
     return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
-
-
-def _explain(exc: BaseException, writing: bool) -> str:
-    """The cause, in one line, with what to do. Only a damaged store is ever called damaged, and no message asks
-    for a store to be deleted."""
-    primary = _primary_code(exc)
-    errno_ = exc.errno if isinstance(exc, OSError) else None
-    if isinstance(exc, _Refused):
-        return f"{exc}; it is not what tunekit writes: move it away or set TUNEKIT_CACHE_DIR to another directory"
-    if primary == _FULL or errno_ in (errno.ENOSPC, errno.EDQUOT):
-        if not writing:
-            return f"the disk is full (ENOSPC: {exc}); set TUNEKIT_CACHE_DIR to a directory on another disk"
-        return (
-            f"the disk is full (ENOSPC: {exc}); nothing stored was lost and its entries are still served. Free "
-            "space on that disk or set TUNEKIT_CACHE_DIR to a directory on another one"
-        )
-    if primary == _READONLY or errno_ in (errno.EROFS, errno.EACCES, errno.EPERM):
-        if not writing:
-            return f"permission denied ({exc}); set TUNEKIT_CACHE_DIR to a directory you can read and write"
-        return (
-            f"it is read-only ({exc}); its entries are still served. Set TUNEKIT_CACHE_DIR to a writable "
-            "directory to store new ones"
-        )
-    if primary == _BUSY:
-        return f"another process held its lock for more than {TIMEOUT_S:.0f} s ({exc}); try again"
-    if primary in (_CORRUPT, _NOTADB):
-        return (
-            f"its database is damaged ({exc}); move {DB_NAME} away (its entries can be re-imported or re-tuned) "
-            "or set TUNEKIT_CACHE_DIR to another directory"
-        )
-    return f"{exc.__class__.__name__}: {exc}; set TUNEKIT_CACHE_DIR to another directory if it persists"
-
-
-def _primary_code(exc: BaseException) -> int | None:
-    """SQLite's primary result code of an sqlite3 error (from its message before Python 3.11)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    text = str(exc)
-    for needle, primary in (
-        ("disk is full", _FULL),
-        ("is locked", _BUSY),
-        ("readonly", _READONLY),
-        ("malformed", _CORRUPT),
-        ("not a database", _NOTADB),
-    ):
-        if needle in text:
-            return primary
-    return None
-
-
-def _parse(digest: str, raw: object) -> tuple[Entry | None, str, str]:
-    """(entry, "", "") or (None, reason, why)."""
-    try:
-        data = json.loads(raw) if isinstance(raw, str) else None
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        return None, "corrupted", "not a JSON object (a corrupted or truncated payload)"
-    key = data.get("key")
-    schema = key.get("schema") if isinstance(key, dict) else None
-    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
-        why = f"written by a newer tunekit (schema {schema}; this one reads {SCHEMA_VERSION}): upgrade tunekit"
-        return None, "newer-schema", why
-    problem = _structure_problem(data)
-    if problem is not None:
-        return None, "malformed", problem
-    entry = Entry.from_json(data)
-    if entry.key.digest != digest:
-        return None, "foreign", "it is stored under another key's digest"
-    problem = _space_problem(entry)
-    if problem is not None:
-        return None, "outside-space", problem
-    return entry, "", ""
-
-
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, (str, bool)) or (isinstance(value, int) and abs(value) < 2**53)
-
-
-def _structure_problem(data: dict[str, Any]) -> str | None:
-    """Why this payload is not a well-formed entry of this schema, or None. Needs no kernel spec."""
-    key, best, trials = data.get("key"), data.get("best"), data.get("trials", [])
-    if not isinstance(key, dict) or key.get("schema") != SCHEMA_VERSION or isinstance(key.get("schema"), bool):
-        return f"its key is missing or not of schema {SCHEMA_VERSION}"
-    if not all(isinstance(key.get(f), str) for f in ("kernel", "source_hash", "device_key")):
-        return "its key's kernel, source_hash and device_key must be strings"
-    problem = key.get("problem")
-    if not isinstance(problem, dict) or not all(_is_scalar(v) for v in problem.values()):
-        return "its key's problem must map names to strings, bools or ints"
-    if not isinstance(best, dict) or not _is_config(best.get("config")):
-        return "its best config must map names to strings, bools or ints"
-    t = best.get("time_ms")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        return f"its best time must be a finite number >= 0, but is {t!r}"
-    if not isinstance(data.get("device"), dict) or not isinstance(data.get("provenance"), dict):
-        return "its device and provenance must be objects"
-    if not isinstance(trials, list):
-        return "its trials must be a list"
-    for trial in trials:
-        if not isinstance(trial, dict) or trial.get("status") not in TRIAL_STATUSES:
-            return "a trial is not {config, status, time_ms, error}"
-        if not _is_config(trial.get("config")):
-            return "a trial is not {config, status, time_ms, error}"
-        tt = trial.get("time_ms")
-        if tt is not None and (isinstance(tt, bool) or not isinstance(tt, (int, float))):
-            return "a trial's time_ms must be a number or null"
-    return None
-
-
-def _is_config(config: Any) -> bool:
-    return isinstance(config, dict) and all(isinstance(k, str) and _is_scalar(v) for k, v in config.items())
-
-
-def _space_problem(entry: Entry) -> str | None:
-    """For an entry of the kernel's current source: its problem fields and best config must fit the spec.
-
-    Only checked when the kernel's spec is already loaded (the store never imports kernels by itself); entries of
-    another source may legitimately predate today's space and are served by nobody anyway.
-    """
-    spec = registry._loaded.get(entry.key.kernel)
-    if spec is None or entry.key.source_hash != spec.source_hash:
-        return None
-    if sorted(dict(entry.key.problem)) != sorted(spec.problem_fields):
-        return f"its problem fields are not {sorted(spec.problem_fields)}"
-    try:
-        spec.space.check_membership(entry.config)
-    except TunekitError as exc:
-        return f"its best config is outside the {spec.name} space ({exc})"
-    return None

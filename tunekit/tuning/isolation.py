@@ -14,19 +14,13 @@ The next candidate starts a fresh worker (`restarts` counts them). One worker ca
 (`retarget`: a fleet worker keeps one for its lifetime): the running worker is sent the new target, frees the
 previous inputs and builds the new ones, so torch, Triton, the CUDA context and Triton's compiled kernels are paid
 for once; a worker replaced after a fault starts on the current target. A worker can also be started before its
-first target is known (`prespawn`: it warms up while the caller gets the target). The protocol is one JSON object
-per line: requests on the worker's stdin, replies (to every request but the warm-up) on a private copy of its
-stdout (the worker points fd 1 at stderr, so stray prints from kernels or libraries cannot break the protocol).
-Nothing is pickled. The worker imports the kernel by
-module name (its registry entry, else the module defining its launcher) with the parent's sys.path, and refuses a
-spec whose source hash differs from the parent's. It exits when the parent dies.
+first target is known (`prespawn`: it warms up while the caller gets the target). This module is the parent's
+side; the worker's, and the protocol between them (JSON lines, nothing pickled), is tunekit.tuning.isolation_worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import importlib
 import json
 import logging
 import os
@@ -35,9 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -372,6 +364,7 @@ class Spawned:
 def _spawn_process() -> Spawned:
     stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed with it
     proc = subprocess.Popen(
+        # This module's name on the command line (what finds workers looks for it); its __main__ runs the worker.
         [sys.executable, "-m", "tunekit.tuning.isolation", str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -397,172 +390,7 @@ def prespawn() -> Spawned:
     return spawned
 
 
-def _warm(device_index: int | None) -> None:
-    """What every target needs, done ahead: the CUDA context on the device, the measuring modules imported."""
-    import torch
+if __name__ == "__main__":  # the worker process: `python -m tunekit.tuning.isolation <parent pid>`
+    from tunekit.tuning.isolation_worker import serve
 
-    import tunekit.tuning.bench
-    import tunekit.tuning.verify  # noqa: F401
-
-    if device_index is not None:
-        torch.cuda.set_device(device_index)
-        torch.empty(1, device="cuda")  # creates the context
-
-
-# ----------------------------------------------------------------------------------------------- the worker
-
-
-class _LoadError(Exception):
-    pass
-
-
-class _Worker:
-    """The worker's side: one kernel and problem, its bench inputs built once, candidates measured on request.
-
-    A new init replaces it (`release` first): the process, its imports and its CUDA context serve the next target.
-    """
-
-    def __init__(self, request: dict[str, Any]) -> None:
-        import torch
-
-        from tunekit.tuning.bench import timer_from_json
-
-        parent_path = [str(p) for p in request["sys_path"]]
-        sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
-        try:
-            module = importlib.import_module(request["module"])
-        except Exception as exc:  # any import failure is reported to the parent
-            raise _LoadError(f"cannot import {request['module']!r}: {exc.__class__.__name__}: {exc}") from exc
-        spec = _find_spec(module, request["kernel"])
-        if spec.source_hash != request["source_hash"]:
-            raise _LoadError(
-                f"{request['module']} defines {spec.name} with source hash {spec.source_hash}, but the tuner has "
-                f"{request['source_hash']}: the worker would measure another kernel"
-            )
-        registry._loaded[spec.name] = spec
-        if request.get("device_index") is not None:
-            torch.cuda.set_device(int(request["device_index"]))
-        self.spec = spec
-        self.problem: Problem = request["problem"]
-        self.device = backend.torch_device()
-        self.timer = timer_from_json(request["timer"])
-        self.inputs = spec.make_inputs(self.problem, self.device, int(request["seed"]))
-        self.outputs = spec.alloc_outputs(self.inputs)
-        self.canary: Config | None = None  # a config that passed: re-run to tell a broken context from a bad config
-
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
-
-        spec, config = self.spec, request["config"]
-        if request["op"] == "measure":
-            record = measure(
-                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"]
-            )
-        elif request["op"] == "time":
-            try:
-                ms = self.timer(lambda: spec.launch(config, self.inputs, self.outputs), config)
-                record = TrialRecord(dict(config), "ok", time_ms=float(ms))
-            except KNOWN_KERNEL_FAILURES as exc:
-                record = failure(config, exc)
-        else:
-            raise ValueError(f"unknown request {request['op']!r}")
-        fatal = False
-        if record.status == "ok":
-            if self.canary is None:
-                self.canary = dict(config)
-        else:
-            fatal = not self._healthy(record)
-        return {"record": record.to_json(), "fatal": fatal}
-
-    def release(self) -> None:
-        """Free this target's tensors before the next target's are built (large problems must not coexist)."""
-        import torch
-
-        self.inputs = self.outputs = ()
-        gc.collect()
-        if torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def _healthy(self, record: TrialRecord) -> bool:
-        """After a candidate that was not ok: can this process still run kernels correctly?"""
-        import torch
-
-        try:
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-            if self.canary is None:
-                # Nothing has passed yet to re-run: a runtime error may have poisoned the device, so start afresh.
-                return not (record.status == "failed" and (record.error or "").startswith("RuntimeError"))
-            self.spec.launch(self.canary, self.inputs, self.outputs)
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-        except Exception:  # any failure here means the process cannot be trusted any more
-            return False
-        return True
-
-
-def _find_spec(module: Any, name: str) -> KernelSpec:
-    candidates = [getattr(module, "SPEC", None), *vars(module).values()]
-    for value in candidates:
-        if isinstance(value, KernelSpec) and value.name == name:
-            return value
-    raise _LoadError(f"module {module.__name__} defines no KernelSpec named {name!r}")
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Never outlive the tuner: PR_SET_PDEATHSIG where there is one, and a watchdog thread everywhere."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="tunekit-parent-watch", daemon=True).start()
-
-
-def serve(parent: int) -> None:
-    """The worker's loop: one request per line on stdin, one reply per line on the protocol fd."""
-    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)  # stray prints (kernels, libraries) go to stderr, never into the protocol
-    sys.stdout = sys.stderr
-    _exit_with_parent(parent)
-    worker: _Worker | None = None
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request.get("op") == "exit":
-            break
-        reply: dict[str, Any]
-        if request.get("op") == "warm":  # no reply: a failure here shows again, and is reported, at init
-            with contextlib.suppress(Exception):
-                _warm(request.get("device_index"))
-            continue
-        try:
-            if request.get("op") == "init":
-                if worker is not None:  # retargeted: the previous inputs go first
-                    worker.release()
-                    worker = None
-                worker = _Worker(request)
-                reply = {"ok": True}
-            elif worker is None:
-                raise ValueError("the worker got a request before init")
-            else:
-                reply = worker.handle(request)
-        except _LoadError as exc:
-            reply = {"error": str(exc)}
-        except Exception as exc:  # reported to the parent, which raises it there
-            reply = {"bug": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc()}
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
-
-
-if __name__ == "__main__":
     serve(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
