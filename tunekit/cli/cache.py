@@ -1,0 +1,173 @@
+"""The cache commands: what it holds and serves (show), tuning databases out and in (export, import), forget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunekit.cli.app import DtypeOpt, JsonOpt, ShapeOpt, console, say
+from tunekit.cli.problems import kernel_problems
+from tunekit.cli.views import config_text, list_entries
+from tunekit.core.errors import TunekitError
+from tunekit.core.render import markup
+
+
+def show(
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
+    shape: ShapeOpt = None,
+    dtype: DtypeOpt = None,
+    kernels: Annotated[bool, typer.Option("--kernels", help="List the kernels and exit.")] = False,
+    shipped: Annotated[
+        bool, typer.Option("--shipped/--no-shipped", help="Also list the entries of the shipped databases.")
+    ] = True,
+    json_out: JsonOpt = False,
+) -> None:
+    """What the cache and the shipped databases hold, and which dispatch layer serves each problem on this device;
+    with --kernel and --shape, which layer serves that problem."""
+    import json
+
+    from tunekit.cli.views import device_json, problem_text
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec, kernel_names
+    from tunekit.runtime.dispatch import resolve
+    from tunekit.store.store import Store
+
+    if kernels:
+        described = {name: get_spec(name).description for name in kernel_names()}
+        if json_out:
+            print(json.dumps({"kernels": described}, indent=1))
+            return
+        for name, description in described.items():
+            say(f"{name}: {description}")
+        return
+    device = fingerprint()
+    with Store() as store:
+        if shape:
+            if kernel is None:
+                raise TunekitError("--shape needs --kernel")
+            spec = get_spec(kernel)
+            served = []
+            for problem in kernel_problems(kernel, shape, dtype):
+                res = resolve(spec, problem, device, store)
+                served.append({"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)})
+                if not json_out:
+                    say(f"{kernel} {problem_text(spec, problem)}")
+                    say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+            if json_out:
+                print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
+            return
+        if kernel is not None:
+            get_spec(kernel)  # an unknown name fails with the list of valid ones
+        listed = list_entries(store, device, kernel, shipped)
+    if json_out:
+        document = {
+            "device": device_json(device),
+            "cache": str(store.directory),
+            "entries": [e.to_json() for e in listed.entries],
+            "unknown_kernels": listed.unknown,
+        }
+        print(json.dumps(document, indent=1, default=str))
+        return
+    say(f"this device: {device.label} (key {device.key})")
+    say(f"cache: {store.directory}")
+    for shown in listed.entries:
+        for line in shown.block():
+            say(line)
+    counts = {source: sum(e.source == source for e in listed.entries) for source in ("cache", "shipped")}
+    summary = f"{counts['cache']} {_entries(counts['cache'])} in the cache"
+    summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries not listed: --shipped lists them)"
+    if listed.unknown:
+        summary += f"; {listed.unknown} {_entries(listed.unknown)} of kernels this tunekit does not know, not listed"
+    say(summary)
+
+
+def _entries(n: int) -> str:
+    return "entry" if n == 1 else "entries"
+
+
+def export_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="File to write (JSON).")],
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="Only this device key, or 'current' for this machine's device.")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage", help="Export every device's results from this shared fleet store instead of the local cache."
+        ),
+    ] = None,
+) -> None:
+    """Write the cache, or a fleet's shared store (filtered by kernel and device), as a tuning database."""
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.store.database import export_entries, write_document
+    from tunekit.store.store import Store
+
+    device_key = fingerprint().key if device == "current" else device
+    if storage is not None:
+        from tunekit.fleet import queue
+
+        if kernel is not None:
+            get_spec(kernel)  # unknown names fail with the list of valid ones
+        skipped: dict[str, str] = {}
+        n = write_document(out, queue.export_entries(storage, kernel, device_key, skipped=skipped))
+        console.print(markup(f"exported {n} entries from {storage} to {out}"))
+        if skipped:
+            console.print(f"{len(skipped)} jobs left out: their job or result is unreadable (see the warnings above)")
+        return
+    with Store() as store:
+        n = write_document(out, export_entries(store, kernel, device_key))
+    console.print(markup(f"exported {n} entries to {out}"))
+
+
+def import_cmd(path: Annotated[Path, typer.Argument(help="A tuning database written by `tunekit export`.")]) -> None:
+    """Validate FILE, then merge it into the cache.
+
+    Every entry must be what this tunekit would serve (its config in the space and within the space's rules, its
+    times above the physical floor); one bad entry refuses the whole file. Per key, the local best is kept unless
+    the file's entry was measured faster by the same timer.
+    """
+    from tunekit.store.database import import_document
+    from tunekit.store.store import Store
+
+    with Store() as store:
+        result = import_document(store, path)
+    console.print(
+        markup(
+            f"imported {path}: {result.read} entries read, {result.added} added, {result.improved} improved, "
+            f"{result.kept} kept as they were (the local best was faster, or measured by another timer)"
+        )
+    )
+
+
+def forget(
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Entries of this kernel.")] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Entries of this device key (or a prefix, as `tunekit show` prints it), or 'current'."),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="The entry with this cache key digest (or a unique prefix).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+) -> None:
+    """Remove entries from the cache: those matching every filter given (at least one)."""
+    from tunekit.core.device import fingerprint
+    from tunekit.store.forget import Selection, select
+    from tunekit.store.forget import forget as forget_entries
+    from tunekit.store.store import Store
+
+    selection = Selection(kernel, fingerprint().key if device == "current" else device, key)
+    with Store() as store:
+        if dry_run:
+            found = select(store, selection)
+            for e in found:
+                problem = ",".join(f"{k}={v}" for k, v in e.key.problem)
+                console.print(markup(f"{e.key.digest}  {e.key.kernel}  {e.device.get('name', '?')}  {problem}"))
+            console.print(f"{len(found)} entries would be removed")
+            return
+        removed = forget_entries(store, selection)
+    console.print(f"removed {removed} entries")

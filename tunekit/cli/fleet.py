@@ -1,0 +1,253 @@
+"""The job-queue commands (worker, status, requeue, plan) and `tunekit tune`'s path through a queue."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from tunekit.cli.app import FleetStorageOpt, QueueOpt, ShapeOpt, console, err_console
+from tunekit.cli.problems import kernel_problems
+from tunekit.core import settings
+from tunekit.core.errors import TunekitError
+from tunekit.core.render import markup, plain
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import KernelSpec
+
+if TYPE_CHECKING:
+    from tunekit.fleet.queue import JobStatus
+    from tunekit.tuning.tuner import TuneOptions
+
+
+def tune_through_queue(
+    work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
+) -> None:
+    """`tune --submit`: queue the problems as jobs; `tune --workers N`: also run N local workers, wait, print."""
+    from tunekit.fleet.queue import Job, JobQueue
+    from tunekit.fleet.workers import interleave_kernels, run_workers
+
+    if submit and workers is not None:
+        raise TunekitError("--submit only queues the jobs and --workers also runs them here: give one of them")
+    if workers is not None and workers < 1:
+        raise TunekitError(f"--workers must be >= 1, but got {workers}")
+    url = _queue_url(options.storage, submit)
+    jobs = interleave_kernels(
+        Job(spec.name, dict(problem), options.trials, options.sampler, options.seed, options.timeout_s)
+        for spec, problem in work_list
+    )
+    q = JobQueue(url, queue)
+    added, skipped = q.submit(jobs)
+    console.print(markup(f"queue {queue!r} at {url}: {added} jobs queued, {skipped} already queued, running or done"))
+    if workers is None:
+        return
+    try:
+        exits = run_workers(workers, url, queue)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the workers gave their jobs back to the queue")
+        raise typer.Exit(130) from None
+    wanted = {job.id for job in jobs}
+    statuses = [s for s in q.jobs() if s.job.id in wanted]
+    _print_job_results(work_list, statuses, f"{len(statuses)} jobs on {workers} workers (queue {queue!r}, ms)")
+    crashed = [f"worker {i} (exit status {code})" for i, code in enumerate(exits) if code != 0]
+    unfinished = [s for s in statuses if s.state != "done"]
+    if unfinished or crashed:
+        what = f"{len(unfinished)} of {len(statuses)} jobs not done"
+        raise TunekitError(what + (f"; {', '.join(crashed)} ended abnormally" if crashed else "") + " (see above)")
+
+
+def _queue_url(storage: str | None, submit: bool) -> str:
+    """--storage; without it, for local workers only, a sqlite file in the cache directory."""
+    if storage is not None:
+        return storage
+    if submit:
+        raise TunekitError("--submit needs --storage URL: the shared store the workers read")
+    settings.cache_dir().mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{settings.cache_dir() / 'fleet.db'}"
+
+
+def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: list[JobStatus], title: str) -> None:
+    table = Table(title=title)
+    for col in ("kernel", "problem", "state", "best", "best config", "worker"):
+        table.add_column(col)
+    for s in statuses:
+        spec = next(spec for spec, _ in work_list if spec.name == s.job.kernel)
+        table.add_row(
+            s.job.kernel,
+            markup(spec.describe_problem(s.job.problem)),
+            markup(f"{s.state}: {s.error}" if s.error else s.state),
+            f"{s.entry.time_ms:.4f}" if s.entry else "-",
+            _show_config(spec, s.entry.config) if s.entry else "-",
+            markup(s.worker),
+        )
+    console.print(table)
+
+
+def _show_config(spec: KernelSpec, config: Config) -> str:
+    return " ".join(f"{name}={config[name]}" for name in spec.space.names)
+
+
+def worker(
+    storage: FleetStorageOpt,
+    queue: QueueOpt = "default",
+    heartbeat: Annotated[int, typer.Option(help="Seconds between heartbeats while a job runs (RDB storages).")] = 10,
+    lease: Annotated[
+        int, typer.Option(help="Seconds without a heartbeat after which a job goes back to the queue.")
+    ] = 60,
+    max_retries: Annotated[int, typer.Option(help="Times a job whose worker vanished is queued again.")] = 2,
+    max_jobs: Annotated[int | None, typer.Option(help="Stop after this many jobs.")] = None,
+) -> None:
+    """Take jobs from the queue in --storage and tune them on this process's GPU, until none is queued or running.
+
+    Run one per GPU (CUDA_VISIBLE_DEVICES=i), on as many machines as you like; results go to this machine's
+    cache and back into the shared store. Every worker of a queue should use the same --heartbeat and --lease.
+    """
+    import signal
+
+    from tunekit.fleet.workers import stop_as_interrupted, work
+    from tunekit.tuning.storage import Lease
+
+    terms = Lease(heartbeat, lease, max_retries)
+    signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
+    try:
+        work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(plain(line), flush=True))
+    except KeyboardInterrupt:
+        err_console.print("worker interrupted: its job went back to the queue")
+        raise typer.Exit(130) from None
+
+
+def status(
+    storage: FleetStorageOpt,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="Also list every job.")] = False,
+) -> None:
+    """Jobs queued, running, done and failed in each queue of --storage."""
+    from tunekit.fleet.queue import STATES, JobQueue, queue_names
+
+    names = [queue] if queue is not None else queue_names(storage)
+    if not names:
+        console.print(markup(f"no queues in {storage}"))
+        return
+    queues = [JobQueue(storage, name, create=False) for name in names]
+    statuses = {q.name: q.jobs() for q in queues}  # an unreadable job or result: warned about, never a traceback
+    table = Table(title=markup(f"jobs in {storage}"))
+    for col in ("queue", *STATES):
+        table.add_column(col)
+    for q in queues:
+        counts = dict.fromkeys(STATES, 0) | Counter(s.state for s in statuses[q.name])
+        table.add_row(markup(q.name), *(str(counts[state]) for state in STATES))
+    console.print(table)
+    if jobs:
+        table = Table(title="jobs")
+        for col in ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"):
+            table.add_column(col)
+        for name, s in ((name, s) for name, group in statuses.items() for s in group):
+            table.add_row(
+                markup(name),
+                s.job.id[:12],
+                markup(s.job.kernel),
+                markup(",".join(f"{k}={v}" for k, v in s.job.problem.items())),
+                s.state + (" (worker gone)" if s.owner_gone else ""),
+                str(s.attempts),
+                f"{s.entry.time_ms:.4f}" if s.entry else "-",
+                markup(s.worker),
+                markup(s.error),
+            )
+        console.print(table)
+    gone = sum(s.owner_gone for group in statuses.values() for s in group)
+    if gone:
+        console.print(
+            markup(
+                f"{gone} running jobs belong to worker processes that are gone: `tunekit requeue --storage "
+                f"{storage} --stale` queues them again"
+            )
+        )
+    skipped = sum(len(q.skipped) for q in queues)
+    if skipped:
+        console.print(f"{skipped} jobs with an unreadable job or result (see the warnings above)")
+
+
+def requeue(
+    storage: FleetStorageOpt,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    job: Annotated[
+        str | None,
+        typer.Option("--job", help="Queue this running job again (its id, or a prefix: `tunekit status --jobs`)."),
+    ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option("--stale", help="Queue again every running job whose worker process is gone (this machine)."),
+    ] = False,
+) -> None:
+    """Queue again jobs stuck as running because their worker was killed (on a journal storage, nothing else does).
+
+    --stale finds the jobs whose worker ran on this machine and is gone. A job whose worker ran on another machine
+    is re-queued by --job ID, once you know the worker is gone: if it is not, it can no longer complete that job.
+    """
+    from tunekit.fleet.queue import JobQueue, queue_names
+
+    if (job is None) == (not stale):
+        raise TunekitError("requeue needs --job ID or --stale (one of them)")
+    names = [queue] if queue is not None else queue_names(storage)
+    if not names:
+        raise TunekitError(f"no queues in {storage}")
+    queues = [JobQueue(storage, name, create=False) for name in names]
+    if job is not None:
+        found = [q for q in queues if any(s.job.id.startswith(job) for s in q.jobs())]
+        if len(found) != 1:
+            where = "no queue" if not found else f"{len(found)} queues ({[q.name for q in found]})"
+            raise TunekitError(
+                f"{where} of {storage} holds a job with an id starting {job!r}; see `tunekit status --jobs`"
+            )
+        requeued = found[0].requeue(job)
+        console.print(markup(f"re-queued job {requeued.id[:12]} ({requeued.describe()}) in queue {found[0].name!r}"))
+        return
+    count = 0
+    for q in queues:
+        for requeued in q.reclaim(max_retry=None):
+            count += 1
+            console.print(markup(f"re-queued job {requeued.id[:12]} ({requeued.describe()}) in queue {q.name!r}"))
+    unknown = sum(s.state == "running" and not s.owner_gone for q in queues for s in q.jobs())
+    console.print(
+        f"{count} jobs re-queued; {unknown} running jobs have a live worker here or one this machine cannot check"
+        + (" (re-queue those by --job ID once their worker is gone)" if unknown else "")
+    )
+
+
+def plan(
+    file: Annotated[Path, typer.Argument(help="The plan file: JSON lines, one problem per line.")],
+    kernel: Annotated[
+        list[str] | None, typer.Option("--kernel", "-k", help="Write FILE for these kernels (repeatable).")
+    ] = None,
+    shape: ShapeOpt = None,
+    dtype: Annotated[
+        list[str] | None, typer.Option("--dtype", help="float16, bfloat16 or float32 (repeatable).")
+    ] = None,
+) -> None:
+    """Write a plan (kernels x shapes x dtypes) to FILE; without --kernel, check FILE and list its problems.
+
+    A plan line is {"kernel": "layernorm", "shape": [4096, 1024], "dtype": "float16"} or
+    {"kernel": "layernorm", "problem": {...}} (what tunekit.record_problems writes). Without --shape, each
+    kernel's default problems on this machine's device.
+    """
+    from tunekit.core.registry import get_spec
+    from tunekit.fleet.plans import read_plan
+    from tunekit.runtime.recorder import write_plan
+
+    if not kernel:
+        if shape or dtype:
+            raise TunekitError("--shape and --dtype go with --kernel (to write a plan)")
+        problems = read_plan(file)
+        table = Table()
+        for col in ("kernel", "problem"):
+            table.add_column(col)
+        for name, problem in problems:
+            table.add_row(name, markup(get_spec(name).describe_problem(problem)))
+        console.print(table)
+        console.print(markup(f"{len(problems)} problems in {file}"))
+        return
+    dtypes: list[str | None] = list(dtype) if dtype else [None]
+    pairs = [(k, p) for k in kernel for d in dtypes for p in kernel_problems(k, shape, d)]
+    console.print(f"wrote {write_plan(file, pairs)} problems to {file}")

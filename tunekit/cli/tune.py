@@ -1,0 +1,213 @@
+"""`tunekit tune`: what to tune, and tuning it here (a job queue's path is tunekit.cli.fleet's)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, say
+from tunekit.cli.fleet import tune_through_queue
+from tunekit.cli.problems import kernel_problems
+from tunekit.cli.views import INTERPRETER_NOTE, TuneResult, printable, problem_text
+from tunekit.core.errors import TunekitError
+from tunekit.core.space import Problem
+from tunekit.core.spec import KernelSpec
+
+if TYPE_CHECKING:
+    from tunekit.tuning.tuner import TuneOptions
+
+# tune's queue and isolation options, named here so that its signature stays a readable list.
+SubmitOpt = Annotated[
+    bool,
+    typer.Option("--submit", help="Only queue the problems as jobs in --storage, for `tunekit worker`s anywhere."),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Queue the jobs, run them on N local worker processes (one per GPU), wait, print the results. "
+        "--storage defaults to sqlite in the cache directory.",
+    ),
+]
+IsolateOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--isolate/--no-isolate",
+        help="Benchmark each candidate in a worker process that a hang or crash cannot take down "
+        "(default: on for a GPU, off in the interpreter).",
+    ),
+]
+CandidateTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        help="With isolation: seconds one candidate may take (compile, check, time) before it is killed "
+        "and recorded as failed."
+    ),
+]
+
+
+def _work_list(
+    kernel: str | None, shapes: list[str] | None, dtype: str | None, plan: Path | None
+) -> list[tuple[KernelSpec, Problem]]:
+    """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
+    from tunekit.core.registry import get_spec
+    from tunekit.fleet.plans import read_plan
+
+    if plan is not None:
+        if kernel is not None or shapes or dtype:
+            raise TunekitError("give --plan, or --kernel with --shape/--dtype, not both (a plan names its problems)")
+        return [(get_spec(k), p) for k, p in read_plan(plan)]
+    if kernel is None:
+        raise TunekitError("tune needs --kernel (with --shape/--dtype) or --plan FILE")
+    spec = get_spec(kernel)
+    return [(spec, p) for p in kernel_problems(kernel, shapes, dtype)]
+
+
+def tune(
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", "-k", help="Kernel name (see `tunekit show --kernels`).")
+    ] = None,
+    shape: ShapeOpt = None,
+    dtype: DtypeOpt = None,
+    trials: Annotated[
+        int,
+        typer.Option(
+            help="Configs measured per shape, counting those already stored for it: a tuned shape is skipped, a "
+            "rerun after an interruption measures only what is missing, a larger budget continues."
+        ),
+    ] = 30,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Tune even a shape whose stored trials reach --trials: up to --trials configs not measured before.",
+        ),
+    ] = False,
+    timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
+    sampler: Annotated[
+        str, typer.Option(help="model (TPE guided by the quantization model), tpe, gp, random or exhaustive.")
+    ] = "model",
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Optuna storage URL (e.g. sqlite:///tune.db) of the studies, and with --submit/--workers of the "
+            "job queue (a journal file path works there too); in-memory if unset."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sampler and of the random inputs.")] = 0,
+    plan: Annotated[
+        Path | None, typer.Option("--plan", help="Tune every problem of a plan file (see `tunekit plan`).")
+    ] = None,
+    submit: SubmitOpt = False,
+    workers: WorkersOpt = None,
+    queue: QueueOpt = "default",
+    isolate: IsolateOpt = None,
+    candidate_timeout: CandidateTimeoutOpt = 120.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Tune KERNEL for each shape (a default set when none is given), or every problem of a --plan; store the winners.
+
+    One result per shape as it finishes (one plain line each when stdout is not a terminal). With --submit or
+    --workers the problems become jobs in a queue in --storage, for workers on any machine.
+    """
+    from tunekit.tuning.samplers import make_sampler
+    from tunekit.tuning.tuner import TuneOptions
+
+    work_list = _work_list(kernel, shape, dtype, plan)
+    options = TuneOptions(
+        trials=trials,
+        timeout_s=timeout,
+        sampler=sampler,
+        storage=storage,
+        seed=seed,
+        isolate=isolate,
+        candidate_timeout_s=candidate_timeout,
+        force=force,
+    )
+    make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
+    if submit or workers is not None:
+        if force or json_out:
+            raise TunekitError("--force and --json tune here: they do not go with --submit or --workers")
+        tune_through_queue(work_list, options, submit, workers, queue)
+        return
+    _tune_here(work_list, options, json_out)
+
+
+def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, json_out: bool) -> None:
+    """Tune here, one problem after another. Each result is printed as it finishes: a block on a terminal (with a
+    progress bar while it runs), one plain line otherwise, or all of them as one JSON document at the end."""
+    import json
+
+    from tunekit.core.device import fingerprint
+    from tunekit.store.key import CacheKey
+    from tunekit.store.store import Store
+    from tunekit.tuning.bench import default_timer
+    from tunekit.tuning.orchestrate import tune_and_store
+
+    device = fingerprint()
+    timer = default_timer()
+    terminal = console.is_terminal and not json_out
+    results: list[TuneResult] = []
+    if not json_out:
+        kernels = ", ".join(dict.fromkeys(spec.name for spec, _ in work_list))
+        n = len(work_list)
+        what = f"{n} problem{'s' if n != 1 else ''}, {options.trials} trials each"
+        say(f"tuning {kernels} on {device.label} ({timer.label}): {what}")
+        if device.is_interpreter:
+            console.print(INTERPRETER_NOTE, markup=False, highlight=False)  # wrapped between words
+    with Store() as store:
+        for spec, problem in work_list:
+            previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
+            stored = len(previous.trials) if previous is not None else 0
+            with _progress(spec, problem, options.trials, stored, terminal) as advance:
+                entry, report = tune_and_store(spec, problem, device, options, store, timer=timer, on_trial=advance)
+            heuristic = dict(spec.heuristic(problem, device))
+            h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
+            result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
+            results.append(result)
+            if json_out:
+                continue
+            for line in result.block() if terminal else [result.line()]:
+                say(line)
+    if json_out:
+        document = {
+            "device": {"label": device.label, "key": device.key, "interpreter": device.is_interpreter},
+            "timer": timer.label,
+            "note": INTERPRETER_NOTE if device.is_interpreter else None,
+            "cache": str(store.directory),
+            "results": [r.to_json() for r in results],
+        }
+        print(json.dumps(document, indent=1))
+        return
+    skipped = sum(r.skipped for r in results)
+    say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
+
+
+@contextlib.contextmanager
+def _progress(
+    spec: KernelSpec, problem: Problem, trials: int, stored: int, terminal: bool
+) -> Iterator[Callable[[object, int], None]]:
+    """A progress bar for one problem on a terminal (its stored trials count as done); nothing otherwise."""
+    if not terminal:
+        yield lambda record, done: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(printable(f"{spec.name} {problem_text(spec, problem)}"), markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("tune", total=max(trials, stored), completed=min(stored, trials))
+
+        def advance(record: object, done: int) -> None:
+            progress.update(task, completed=min(stored + done, max(trials, stored)))
+
+        yield advance
