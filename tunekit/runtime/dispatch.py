@@ -102,13 +102,9 @@ class Dispatcher:
         self.served_by: dict[ProblemKey, str] = {}
         self.counters: Counter[str] = Counter()  # resolutions by layer (memo misses)
         self.memo_hits = 0
-        self._spec: KernelSpec | None = None
-
-    @property
-    def spec(self) -> KernelSpec:
-        if self._spec is None:
-            self._spec = get_spec(self.kernel)
-        return self._spec
+        # Resolved now, not on first use: a first use inside torch.compile would trace the import and break the
+        # graph (dynamo does not trace importlib).
+        self.spec: KernelSpec = get_spec(kernel)
 
     def config(self, key: ProblemKey) -> Config:
         config = self.memo.get(key)
