@@ -102,14 +102,27 @@ def _norm_bwd_single(
     # the end, into the program's one partial row.
     dw_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    # Software pipelining by hand (Triton does not pipeline plain loads): the next tile's x and dy are loaded, in
+    # their own dtype, before this tile's reductions, so each program keeps two tiles of loads in flight. Read
+    # once, they are evicted first, leaving L2 to dx and the partial rows.
+    next_rows = pid * ROWS + tl.arange(0, ROWS)
+    next_mask = (next_rows < M)[:, None] & col_mask[None, :]
+    next_rows64 = next_rows.to(tl.int64)[:, None]  # M * N may exceed 2**31 elements
+    x_next = tl.load(X + next_rows64 * stride_x + cols[None, :], next_mask, 0.0, eviction_policy="evict_first")
+    dy_next = tl.load(DY + next_rows64 * stride_dy + cols[None, :], next_mask, 0.0, eviction_policy="evict_first")
     # Persistent: tile t goes to program t % programs, so neighbouring programs read neighbouring rows at once.
     for tile in tl.range(pid, tl.cdiv(M, ROWS), n_programs):
         rows = tile * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
         mask = row_ok[:, None] & col_mask[None, :]
-        rows64 = rows.to(tl.int64)[:, None]  # M * N may exceed 2**31 elements
-        x = tl.load(X + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rows64 = rows.to(tl.int64)[:, None]
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        next_rows = rows + n_programs * ROWS
+        next_mask = (next_rows < M)[:, None] & col_mask[None, :]
+        next_rows64 = next_rows.to(tl.int64)[:, None]
+        x_next = tl.load(X + next_rows64 * stride_x + cols[None, :], next_mask, 0.0, eviction_policy="evict_first")
+        dy_next = tl.load(DY + next_rows64 * stride_dy + cols[None, :], next_mask, 0.0, eviction_policy="evict_first")
         if IS_RMS:
             xc = x
         else:
@@ -416,35 +429,40 @@ def default_problems(device: DeviceFingerprint) -> list[Problem]:
     return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
-# Heuristic constants, from ptxas register counts for sm_90 (search_spaces/layernorm_backward.py) and not yet
-# swept on a GPU (tests/gpu/norm_backward_bench.py sweeps around them): whole rows up to 8192 wide at 8 elements
-# per thread (32 warps for 8192: 64 registers, no spill), 2048-wide chunks beyond (4096 past 16 chunks), and as
-# many resident programs per SM, up to 4, as the registers allow. RMSNorm's backward uses it too.
-TARGET_TILE = 2048
-PER_THREAD = 8
+# Heuristic constants, from a sweep of this kernel on an H200 (bf16, LayerNorm and RMSNorm, N 1535-8192: ROWS 1-4 x
+# PROGRAMS_PER_SM 1-8 x 2-32 warps; 2026-11-24, tests/gpu/norm_backward_bench.py sweeps around them). The fastest
+# configs held 64 bytes of a tile per thread (32 bf16 values, plus the prefetched next tile) in tiles of at least
+# 8 KiB, and ran 8 warps per SM: 2 programs of 4 warps, or 1 of 8. Rows wider than 8192 take the looped variant in
+# 2048-wide chunks (4096 past 16 chunks). RMSNorm's backward uses it too.
+TILE_BYTES = 8192
+THREAD_BYTES = 64
+WARPS_PER_SM = 8
+LOOPED_PER_THREAD = 8
 LOOPED_BLOCK_N = 2048
 WIDE_LOOPED_BLOCK_N = 4096
-MOST_PROGRAMS_PER_SM = 4
 
 
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
+    size = element_bytes(str(problem["dtype"]))
     width = single_block_n(cols)
     if width <= MAX_BLOCK_N:
         variant, block_n = "single", width
-        tile_rows = min(max(1, TARGET_TILE // width), prev_pow2(rows), 32)
+        tile_rows = min(max(1, TILE_BYTES // size // width), prev_pow2(rows), 32)
+        warps = warps_for(tile_rows * block_n, THREAD_BYTES // size, 32)
     else:
         variant, tile_rows = "looped", 1
         block_n = LOOPED_BLOCK_N if cols <= LOOPED_BLOCK_N * MAX_CHUNKS else WIDE_LOOPED_BLOCK_N
+        warps = warps_for(block_n, LOOPED_PER_THREAD, 32)
     config: Config = {
         "variant": variant,
         "BLOCK_N": block_n,
         "ROWS": tile_rows,
         "PROGRAMS_PER_SM": 1,
-        "num_warps": warps_for(tile_rows * block_n, PER_THREAD, 32),
+        "num_warps": warps,
         "num_stages": 1,
     }
-    per_sm = MOST_PROGRAMS_PER_SM
+    per_sm = max(1, WARPS_PER_SM // warps)
     while per_sm > 1 and not SPACE.is_valid({**config, "PROGRAMS_PER_SM": per_sm}, problem, device):
         per_sm //= 2  # fewer resident programs, or fewer than the rows have work for
     return {**config, "PROGRAMS_PER_SM": per_sm}
@@ -475,7 +493,7 @@ SPEC = KernelSpec.of_module(
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight", "bias"),
     tolerances=TOLERANCES,
-    version=2,
+    version=3,
     shape_help="MxN, e.g. 4096x1024",
     model=backward_model(partials=norm_params),  # dweight and dbias
 )

@@ -109,7 +109,7 @@ SPEC = KernelSpec.of_module(
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "weight"),
     tolerances=TOLERANCES,
-    version=2,
+    version=3,
     shape_help="MxN, e.g. 4096x1024",
     model=backward_model(partials=lambda problem: int(bool(problem.get("weight", False)))),  # dweight only
 )

@@ -285,12 +285,16 @@ def test_programs_per_sm_rules() -> None:
 
 
 def test_heuristic_on_a_132_sm_hopper() -> None:
-    """Whole rows to 8192 at 8 elements per thread, as many resident programs per SM (up to 4) as fit."""
-    picks = {n: lnb.heuristic(_problem(16384, n, "bfloat16"), H200) for n in (1536, 2049, 5121, 8192, 16384)}
-    assert picks[1536] == _config("single", 2048, 1, 2, warps=8)
-    assert picks[2049]["BLOCK_N"] == 4096 and picks[2049]["num_warps"] == 16
-    assert picks[5121] == picks[8192] == _config("single", 8192, 1, 1, warps=32)
+    """64 bytes of a tile per thread, tiles of at least 8 KiB, 8 warps per SM (the H200 sweep's pattern)."""
+    picks = {n: lnb.heuristic(_problem(16384, n, "bfloat16"), H200) for n in (1536, 2049, 4096, 5121, 8192, 16384)}
+    assert picks[1536] == _config("single", 2048, 2, 2, warps=4)
+    assert picks[2049] == picks[4096] == _config("single", 4096, 1, 2, warps=4)
+    assert picks[5121] == picks[8192] == _config("single", 8192, 1, 1, warps=8)
     assert picks[16384]["variant"] == "looped"
+    fp32 = lnb.heuristic(_problem(16384, 1536, "float32"), H200)
+    assert fp32 == _config("single", 2048, 1, 2, warps=4)  # 64 bytes: 16 fp32 values per thread
+    for n, pick in picks.items():
+        assert SPACE.is_valid(pick, _problem(16384, n, "bfloat16"), H200), n
 
 
 # --- SPEC --------------------------------------------------------------------------------------------------

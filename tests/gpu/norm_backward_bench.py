@@ -4,12 +4,14 @@ against torch eager, torch.compile and Liger-Kernel (issue 17, norm-backward par
     python tests/gpu/norm_backward_bench.py --out DIR [--quick] [--shapes 16384x1536,8192x5120]
 
 Per shape and norm: (1) dx, dweight, dbias of the heuristic config against torch's float64 autograd; (2) the
-backward alone (both launches: main kernel and partial sums) for the heuristic and at most 12 configs around it
-(PROGRAMS_PER_SM × num_warps × variant, kept to what the space's rules allow); (3) forward+backward end to end
-(tunekit's forward kernel with its heuristic config + this backward with the heuristic, in a torch.autograd
-Function) against torch eager, torch.compile of the same eager function and Liger-Kernel's functions; (4) the
-backward's bandwidth over minimal bytes (x, dy, w read; dx written) and against a device copy (clone) of as many
-bytes. Timing: triton.testing.do_bench (L2 flushed between reps), median. Data: random normal.
+backward alone (both launches: main kernel and partial sums) for the heuristic and at most 40 configs around it
+(ROWS × PROGRAMS_PER_SM × num_warps × variant, kept to what the space's rules allow); (3) forward+backward end to
+end, timed twice: eager as a user calls it (host cost included where the GPU waits for it) and as a CUDA graph
+(GPU time alone). Methods: `tunekit` (the forward kernel + this backward, heuristic configs, in a
+torch.autograd.Function), `ops` (tunekit.ops as dispatch serves it: run with TUNEKIT_UNTUNED=triton to get the
+heuristic for untuned problems), torch eager, torch.compile of the eager function, Liger-Kernel's functions; (4)
+the backward's bandwidth over minimal bytes (x, dy, w read; dx written) and against a device copy (clone) moving
+as many bytes. Timing: triton.testing.do_bench (L2 flushed between reps), median. Data: random normal.
 
 Writes DIR/norm_backward.json (every number, errors per shape) and prints a table last. No interaction; a shape
 that fails records its error and the run goes on.
@@ -54,7 +56,7 @@ SHAPES: list[tuple[int, int, str]] = [
 ]
 QUICK_SHAPES = [(16384, 1536, "bfloat16"), (4096, 5121, "bfloat16")]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-MAX_SWEEP = 12
+MAX_SWEEP = 40
 TOL = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}  # relative to each gradient's max |value|
 
 
@@ -111,16 +113,16 @@ def _check(config: dict[str, Any], d: dict[str, Any]) -> dict[str, float]:
 
 
 def _sweep_configs(heuristic: dict[str, Any], problem: dict[str, Any]) -> list[dict[str, Any]]:
-    """The heuristic first, then PROGRAMS_PER_SM × num_warps (× variant) near it that the rules allow."""
+    """The heuristic first, then ROWS × PROGRAMS_PER_SM × num_warps (× variant) near it that the rules allow."""
     device = fingerprint()
     out = [heuristic]
-    variants = [(heuristic["variant"], heuristic["BLOCK_N"], heuristic["ROWS"])]
+    variants = [(heuristic["variant"], heuristic["BLOCK_N"], rows) for rows in (1, 2, 4)]
     cols = int(problem["cols"])
     if heuristic["variant"] == "single" and cols > 2048:
         variants.append(("looped", 2048 if cols > 4096 else 1024, 1))
     for variant, block_n, rows in variants:
         for per_sm in (1, 2, 4, 8):
-            for warps in (4, 8, 16, 32):
+            for warps in (2, 4, 8, 16, 32):
                 c = {**heuristic, "variant": variant, "BLOCK_N": block_n, "ROWS": rows}
                 c.update(PROGRAMS_PER_SM=per_sm, num_warps=warps)
                 if c not in out and SPACE.is_valid(c, problem, device):
@@ -141,8 +143,8 @@ def _minimal_bytes(d: dict[str, Any]) -> int:
 
 
 def _copy_ms(nbytes: int) -> float:
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
-    return _ms(lambda: src.clone())  # reads and writes nbytes/2 each: nbytes moved
+    src = torch.empty(nbytes // 4, dtype=torch.bfloat16, device="cuda").normal_()
+    return _ms(lambda: src.clone())  # nbytes/2 bytes read and nbytes/2 written: nbytes moved
 
 
 # --- forward + backward ------------------------------------------------------------------------------------
@@ -205,7 +207,7 @@ def _liger(rms: bool) -> Callable[..., torch.Tensor] | None:
         return None
 
 
-def _fwd_bwd_ms(fn: Callable[..., torch.Tensor], d: dict[str, Any]) -> float:
+def _fwd_bwd_step(fn: Callable[..., torch.Tensor], d: dict[str, Any]) -> Callable[[], None]:
     x = d["x"].detach().requires_grad_()
     w = d["w"].detach().requires_grad_()
     b = None if d["b"] is None else d["b"].detach().requires_grad_()
@@ -215,13 +217,41 @@ def _fwd_bwd_ms(fn: Callable[..., torch.Tensor], d: dict[str, Any]) -> float:
         y = fn(x, w, b, d["eps"])
         torch.autograd.grad(y, leaves, d["dy"])
 
-    return _ms(step)
+    return step
+
+
+def _fwd_bwd_ms(fn: Callable[..., torch.Tensor], d: dict[str, Any]) -> float:
+    """Eager, as a user calls it: host time counts where the GPU waits for it."""
+    return _ms(_fwd_bwd_step(fn, d))
+
+
+def _fwd_bwd_graph_ms(fn: Callable[..., torch.Tensor], d: dict[str, Any]) -> float:
+    """The same step captured once in a CUDA graph and replayed: GPU time alone, no host cost."""
+    step = _fwd_bwd_step(fn, d)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return _ms(graph.replay)
 
 
 def _methods(rms: bool) -> dict[str, Callable[..., torch.Tensor] | None]:
     eager = _eager(rms)
+    import tunekit.ops as ops
+
+    def user_path(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, eps: float) -> torch.Tensor:
+        if rms:
+            return ops.rms_norm(x, (x.shape[-1],), w, eps)
+        return ops.layer_norm(x, (x.shape[-1],), w, b, eps)
+
     return {
         "tunekit": lambda x, w, b, eps: _Tunekit.apply(x, w, b, eps, rms),
+        "ops": user_path,
         "torch": eager,
         "compile": torch.compile(eager, dynamic=False),
         "liger": _liger(rms),
@@ -254,37 +284,42 @@ def _bench_shape(m: int, n: int, dtype: str, rms: bool, methods: dict[str, Any])
     row["bwd_gbps"] = nbytes / (best["ms"] * 1e-3) / 1e9
     row["bwd_heuristic_gbps"] = nbytes / (timed[0]["ms"] * 1e-3) / 1e9
     row["copy_gbps"] = nbytes / (row["copy_ms"] * 1e-3) / 1e9
-    row["fwd_bwd_ms"] = {}
+    row["fwd_bwd_ms"], row["fwd_bwd_graph_ms"] = {}, {}
     for name, fn in methods.items():
         if fn is None:
             continue
-        try:
-            row["fwd_bwd_ms"][name] = _fwd_bwd_ms(fn, d)
-        except Exception as exc:
-            row.setdefault("method_errors", {})[name] = repr(exc)[:300]
+        for key, timer in (("fwd_bwd_ms", _fwd_bwd_ms), ("fwd_bwd_graph_ms", _fwd_bwd_graph_ms)):
+            try:
+                row[key][name] = timer(fn, d)
+            except Exception as exc:
+                row.setdefault("method_errors", {})[f"{key}/{name}"] = repr(exc)[:300]
     return row
 
 
-def _ratio(row: dict[str, Any], other: str) -> str:
-    t = row.get("fwd_bwd_ms", {})
-    return f"{t[other] / t['tunekit']:.2f}" if other in t and "tunekit" in t else "-"
+def _ratio(row: dict[str, Any], timing: str, other: str, ours: str) -> str:
+    t = row.get(timing, {})
+    return f"{t[other] / t[ours]:.2f}" if other in t and ours in t else "-"
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = f"{'norm':9} {'shape':11} {'dtype':8} {'ok':3} {'bwd GB/s':>8} {'of copy':>7} {'heur/best':>9}"
-    head += f" {'x eager':>7} {'x compile':>9} {'x liger':>7}"
+    head += "  eager: torch compile liger  graphs: torch compile liger"
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['norm']:9} {r['shape']:11} {r['dtype']:8} ERROR {r['error'][:80]}")
             continue
+        eager = " ".join(f"{_ratio(r, 'fwd_bwd_ms', o, 'ops'):>5}" for o in ("torch", "compile", "liger"))
+        graphs = " ".join(f"{_ratio(r, 'fwd_bwd_graph_ms', o, 'tunekit'):>5}" for o in ("torch", "compile", "liger"))
         lines.append(
             f"{r['norm']:9} {r['shape']:11} {r['dtype']:8} {'yes' if r['correct'] else 'NO':3} "
             f"{r['bwd_gbps']:8.0f} {r['bwd_gbps'] / r['copy_gbps']:7.2f} "
-            f"{r['bwd_heuristic_ms'] / r['bwd_best_ms']:9.2f} "
-            f"{_ratio(r, 'torch'):>7} {_ratio(r, 'compile'):>9} {_ratio(r, 'liger'):>7}"
+            f"{r['bwd_heuristic_ms'] / r['bwd_best_ms']:9.2f}        {eager}          {graphs}"
         )
-    lines.append("x eager / x compile / x liger: their forward+backward time over tunekit's (> 1: tunekit faster).")
+    lines.append(
+        "eager: the method's eager forward+backward time over tunekit.ops' (as dispatch serves it; > 1: "
+        "tunekit faster). graphs: the same steps as CUDA graphs, over this kernel's heuristic config."
+    )
     lines.append("heur/best: the heuristic config's backward time over the sweep's best (1.00: heuristic is best).")
     return "\n".join(lines)
 
