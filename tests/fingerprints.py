@@ -1,38 +1,31 @@
 """Device fingerprints for testing rules and heuristics on hardware the tests do not run on.
 
 H200: the fields `tunekit devices` printed on the H200 device machine (Triton 3.6.0, torch 2.11 cu130).
+INTERPRETER: the interpreter's own fingerprint, also where the tests run on a GPU.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from tunekit.core.device import INTERPRETER_VENDOR, DeviceFingerprint
+from tunekit.core.device import DeviceFingerprint, _interpreter_fingerprint
 from tunekit.core.device_limits import DeviceLimits
 
-H200 = DeviceFingerprint(
-    vendor="nvidia",
-    name="NVIDIA H200",
-    compute_capability="9.0",
-    sm_count=132,
-    smem_per_block=232448,
-    l2_bytes=62914560,
-    regs_per_sm=65536,
-    triton_version="3.6.0",
-    torch_version="2.11.0+cu130",
-    cuda_version="13.0",
-)
-INTERPRETER = dataclasses.replace(
-    H200,
-    vendor=INTERPRETER_VENDOR,
-    name="cpu",
-    compute_capability="none",
-    sm_count=0,
-    smem_per_block=0,
-    l2_bytes=0,
-    regs_per_sm=0,
-    cuda_version="none",
-)
+
+def gpu(
+    vendor: str, name: str, compute_capability: str, sm_count: int, smem_per_block: int, l2_bytes: int,
+    cuda_version: str, torch_version: str = "x",
+) -> DeviceFingerprint:  # fmt: skip
+    """A GPU under Triton 3.6.0 with 64Ki registers per SM (every part here); nothing is launched on it."""
+    return DeviceFingerprint(
+        vendor=vendor, name=name, compute_capability=compute_capability, sm_count=sm_count,
+        smem_per_block=smem_per_block, l2_bytes=l2_bytes, regs_per_sm=65536, triton_version="3.6.0",
+        torch_version=torch_version, cuda_version=cuda_version,
+    )  # fmt: skip
+
+
+H200 = gpu("nvidia", "NVIDIA H200", "9.0", 132, 232448, 62914560, "13.0", torch_version="2.11.0+cu130")
+A10 = gpu("nvidia", "NVIDIA A10", "8.6", 72, 101376, 6291456, "12.4")
+MI300 = gpu("amd", "AMD Instinct MI300X", "9.4", 304, 65536, 4194304, "6.2")  # AMD reports gfx942 as 9.4: no TMA
+INTERPRETER = _interpreter_fingerprint()
 
 # The H200's occupancy limits as tunekit.core.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/).
 H200_LIMITS = DeviceLimits(

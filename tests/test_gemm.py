@@ -15,9 +15,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from fingerprints import H200, H200_LIMITS
+from fingerprints import A10, H200, H200_LIMITS, MI300
+from kernel_checks import assert_heuristic_valid
 
-from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.device import fingerprint
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.evaluation.simulate import check_table
@@ -38,30 +39,6 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SIZES = ((1, 1, 1), (7, 13, 5), (33, 17, 65), (64, 48, 32), (100, 3, 16))  # (M, N, K)
 LAYOUTS = tuple(itertools.product(("row", "col"), repeat=2))
 
-A10 = DeviceFingerprint(
-    vendor="nvidia",
-    name="NVIDIA A10",
-    compute_capability="8.6",
-    sm_count=72,
-    smem_per_block=101376,
-    l2_bytes=6291456,
-    regs_per_sm=65536,
-    triton_version="3.6.0",
-    torch_version="x",
-    cuda_version="12.4",
-)
-MI300 = DeviceFingerprint(  # AMD reports gfx942 as compute capability 9.4: no TMA there
-    vendor="amd",
-    name="AMD Instinct MI300X",
-    compute_capability="9.4",
-    sm_count=304,
-    smem_per_block=65536,
-    l2_bytes=4194304,
-    regs_per_sm=65536,
-    triton_version="3.6.0",
-    torch_version="x",
-    cuda_version="6.2",
-)
 INTERP = fingerprint()
 
 # name -> (activation, has_bias, has_residual, alpha, beta)
@@ -528,9 +505,7 @@ def _sweep_problems():
 def test_heuristic_always_valid() -> None:
     for device in (INTERP, H200, A10, MI300):
         for problem in _sweep_problems():
-            cfg = SPEC.heuristic(problem, device)
-            assert SPACE.check_membership(cfg) == cfg
-            assert SPACE.is_valid(cfg, problem, device), (problem, device.name, SPACE.violations(cfg, problem, device))
+            assert_heuristic_valid(SPEC, problem, device)
 
 
 def test_heuristic_splits_k_for_few_tiles_on_gpu() -> None:

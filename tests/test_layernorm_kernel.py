@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from fingerprints import H200
+from kernel_checks import assert_heuristic_valid
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
@@ -145,9 +146,7 @@ def test_heuristic_is_valid_for_every_problem(dtype: str, device) -> None:
     for rows in SWEEP_ROWS:
         for cols in SWEEP_COLS:
             problem = {"rows": rows, "cols": cols, "dtype": dtype, "weight": True, "bias": False}
-            config = ln.heuristic(problem, device)
-            assert SPACE.check_membership(config) == config
-            assert SPACE.violations(config, problem, device) == [], (problem, config)
+            assert_heuristic_valid(ln.SPEC, problem, device)
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.name)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
-import tunekit.core.backend
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-import dataclasses
 import math
 import random
 
 import pytest
 import torch
-from fingerprints import H200
+from fingerprints import H200, INTERPRETER
+from kernel_checks import DEV, HERE, INTERPRETER_NOISE, assert_heuristic_valid, launch_poisoned
 
-from tunekit.core.device import INTERPRETER_VENDOR, fingerprint
 from tunekit.core.errors import InvalidConfigError, InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPES
 from tunekit.kernels import reduction as red
@@ -24,34 +23,15 @@ from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.reduction import SPACE
 from tunekit.tuning.verify import check_outputs
 
-# Interpreter-only noise: NaN arithmetic in masked-off lanes, and numpy's deprecation of Triton's scalar __index__.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),
-]
+pytestmark = INTERPRETER_NOISE
 
-HERE = fingerprint()  # where the tests launch kernels: the interpreter, or a GPU when there is one
-# Fingerprints for the rules and the heuristic (nothing is launched on them).
-INTERP = dataclasses.replace(
-    HERE, vendor=INTERPRETER_VENDOR, name="cpu", compute_capability="none", sm_count=0, smem_per_block=0
-)
-DEV = tunekit.core.backend.torch_device()
-DTYPE_LIST = [torch.float16, torch.bfloat16, torch.float32]
+DTYPE_LIST = list(DTYPES.values())
 # Op-level tolerances vs an fp64 reference rounded to the output dtype: fp32 accumulation, one output rounding.
 TOL = {
     torch.float32: {"atol": 1e-4, "rtol": 1e-5},
     torch.float16: {"atol": 1e-3, "rtol": 2e-3},
     torch.bfloat16: {"atol": 8e-3, "rtol": 1.6e-2},
 }
-
-
-def _spec_launch(config: dict, inputs: tuple) -> tuple:
-    """Launch through the spec with NaN-poisoned outputs; return the outputs."""
-    outputs = red.alloc_outputs(inputs)
-    for out in outputs:
-        out.fill_(math.nan)
-    red.launch(config, inputs, outputs)
-    return outputs
 
 
 def _kernel_configs(problem: dict, count: int, seed: int = 0) -> list[dict]:
@@ -94,7 +74,7 @@ def test_kernel_configs_match_fp64_reference(op: str, axis: str, shape: tuple, d
     inputs = (x[: shape[0]] if axis == "inner" else x[: shape[0], : shape[1]], op, axis)
     expected = red.reference(inputs)
     for config in _kernel_configs(problem, count=2):
-        wrong = check_outputs(red.SPEC, _spec_launch(config, inputs), expected)
+        wrong = check_outputs(red.SPEC, launch_poisoned(red.SPEC, config, inputs), expected)
         assert wrong is None, f"{config}: {wrong}"
 
 
@@ -103,9 +83,9 @@ def test_split_is_deterministic_and_matches_plain_outer() -> None:
     inputs = red.make_inputs(problem, DEV, seed=3)
     base = {"BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
     split = {**base, "variant": "outer_split", "BLOCK_M": 8, "SPLIT": 8}
-    first, second = _spec_launch(split, inputs)[0], _spec_launch(split, inputs)[0]
+    first, second = launch_poisoned(red.SPEC, split, inputs)[0], launch_poisoned(red.SPEC, split, inputs)[0]
     assert torch.equal(first, second)
-    plain = _spec_launch({**base, "variant": "outer", "BLOCK_M": 8, "SPLIT": 1}, inputs)[0]
+    plain = launch_poisoned(red.SPEC, {**base, "variant": "outer", "BLOCK_M": 8, "SPLIT": 1}, inputs)[0]
     torch.testing.assert_close(first, plain, atol=1e-4, rtol=1e-5)
 
 
@@ -132,7 +112,7 @@ SWEEP_ROWS = [1, 2, 8, 64, 1024, 16384, 1 << 20, 1 << 24]
 SWEEP_COLS = [1, 3, 7, 16, 100, 1023, 4096, 4097, 65536, 1 << 20]
 
 
-@pytest.mark.parametrize("device", [INTERP, H200], ids=["interpreter", "h200"])
+@pytest.mark.parametrize("device", [INTERPRETER, H200], ids=["interpreter", "h200"])
 @pytest.mark.parametrize("axis", ["inner", "outer"])
 def test_heuristic_always_valid(device, axis: str) -> None:
     for op in red.OPS:
@@ -141,14 +121,13 @@ def test_heuristic_always_valid(device, axis: str) -> None:
                 for rows in SWEEP_ROWS:
                     for cols in SWEEP_COLS:
                         p = {"op": op, "axis": axis, "batch": batch, "rows": rows, "cols": cols, "dtype": dtype}
-                        config = red.heuristic(p, device)
-                        assert SPACE.is_valid(config, p, device), (p, config, SPACE.violations(config, p, device))
+                        assert_heuristic_valid(red.SPEC, p, device)
 
 
 def test_heuristic_splits_tall_skinny_outer_on_gpu_only() -> None:
     p = red.problem("sum", "outer", (1, 1 << 20, 16), "float32")
     assert red.heuristic(p, H200)["variant"] == "outer_split"
-    assert red.heuristic(p, INTERP)["variant"] == "outer"
+    assert red.heuristic(p, INTERPRETER)["variant"] == "outer"
     assert red.heuristic(red.problem("sum", "outer", (1, 4096, 16384), "float32"), H200)["variant"] == "outer"
 
 
@@ -166,14 +145,14 @@ def test_rules_tie_variant_to_axis_and_split() -> None:
 
 
 def test_every_valid_config_set_is_nonempty_for_default_problems() -> None:
-    for device in (INTERP, H200):
+    for device in (INTERPRETER, H200):
         for p in red.default_problems(device):
             assert SPACE.valid_configs(p, device), p
             assert set(p) == set(red.SPEC.problem_fields)
 
 
 def test_interpreter_default_problems_are_tiny() -> None:
-    assert all(int(p["rows"]) * int(p["cols"]) * int(p["batch"]) <= 1 << 16 for p in red.default_problems(INTERP))
+    assert all(int(p["rows"]) * int(p["cols"]) * int(p["batch"]) <= 1 << 16 for p in red.default_problems(INTERPRETER))
 
 
 def test_problem_from_shape() -> None:
@@ -293,7 +272,7 @@ def test_split_max_ties_nan_and_all_minus_inf_columns(split: int, block_m: int) 
     x[:, [20, 50], 2] = math.nan
     x[:, [60, 61], 3] = math.inf
     config = {"variant": "outer_split", "BLOCK_M": block_m, "BLOCK_N": 8, "SPLIT": split}
-    values, indices = _spec_launch({**config, "num_warps": 1, "num_stages": 1}, (x, "max", "outer"))
+    values, indices = launch_poisoned(red.SPEC, {**config, "num_warps": 1, "num_stages": 1}, (x, "max", "outer"))
     want = torch.max(x.cpu(), 1)
     torch.testing.assert_close(values.cpu(), want.values, equal_nan=True)
     assert torch.equal(indices.cpu().long(), want.indices)

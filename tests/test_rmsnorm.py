@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fingerprints import H200
+from kernel_checks import assert_heuristic_valid
 
 import tunekit.ops.normalization as norm_ops
 from tunekit.core.device import fingerprint
@@ -72,14 +73,21 @@ def _kernel_shapes(spec, problem: dict, fields: tuple[str, ...]) -> list[dict]:
     return list(seen.values())
 
 
-# --- forward kernel ----------------------------------------------------------------------------------------
+# --- both kernels ------------------------------------------------------------------------------------------
+
+BOTH_KERNELS = pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
+INPUTS = {rms.SPEC.name: _forward_inputs, rmsb.SPEC.name: _backward_inputs}
 
 
 @pytest.mark.parametrize("weight", [True, False])
 @pytest.mark.parametrize("m,n", SHAPES)
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-def test_forward_heuristic_config_matches_torch(dtype: str, m: int, n: int, weight: bool) -> None:
-    _check(rms.SPEC, rms.heuristic(_problem(m, n, dtype, weight), INTERP), _forward_inputs(m, n, dtype, weight))
+@BOTH_KERNELS
+def test_heuristic_config_matches_torch(spec, dtype: str, m: int, n: int, weight: bool) -> None:
+    _check(spec, spec.heuristic(_problem(m, n, dtype, weight), INTERP), INPUTS[spec.name](m, n, dtype, weight))
+
+
+# --- forward kernel ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("m,n", [(17, 300), (5, 4097)])
@@ -115,13 +123,6 @@ def test_forward_reference_is_torchs_rms_norm() -> None:
 
 
 # --- backward kernel ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("weight", [True, False])
-@pytest.mark.parametrize("m,n", SHAPES)
-@pytest.mark.parametrize("dtype", sorted(DTYPES))
-def test_backward_heuristic_config_matches_torch(dtype: str, m: int, n: int, weight: bool) -> None:
-    _check(rmsb.SPEC, rmsb.heuristic(_problem(m, n, dtype, weight), INTERP), _backward_inputs(m, n, dtype, weight))
 
 
 @pytest.mark.parametrize("m,n", [(17, 300), (2, 4097)])
@@ -163,20 +164,17 @@ SWEEP_COLS += [32769, 65536, 100_000, 1 << 20, 3_000_000]
 SWEEP_ROWS = [1 << e for e in range(22)]
 
 
-@pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
+@BOTH_KERNELS
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.name)
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_heuristics_are_valid_for_every_problem(spec, device, dtype: str) -> None:
     for rows in SWEEP_ROWS:
         for cols in SWEEP_COLS:
             for weight in (True, False):
-                problem = {"rows": rows, "cols": cols, "dtype": dtype, "weight": weight}
-                config = spec.heuristic(problem, device)
-                assert spec.space.check_membership(config) == config
-                assert spec.space.violations(config, problem, device) == [], (problem, config)
+                assert_heuristic_valid(spec, {"rows": rows, "cols": cols, "dtype": dtype, "weight": weight}, device)
 
 
-@pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
+@BOTH_KERNELS
 def test_gpu_problems_have_an_exhaustively_searchable_space(spec) -> None:
     for problem in spec.default_problems(H200):
         count = len(spec.space.valid_configs(problem, H200))
@@ -186,7 +184,7 @@ def test_gpu_problems_have_an_exhaustively_searchable_space(spec) -> None:
 # --- SPECs -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
+@BOTH_KERNELS
 def test_spec_declarations(spec) -> None:
     assert spec.problem_fields == ("rows", "cols", "dtype", "weight")
     assert set(spec.tolerances) == set(DTYPES) and re.fullmatch(r"\d+\.[0-9a-f]{16}\.[0-9a-f]{8}", spec.source_hash)
@@ -202,7 +200,7 @@ def test_spec_declarations(spec) -> None:
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0]) and bool((a[0] != 0).any())
 
 
-@pytest.mark.parametrize("spec", [rms.SPEC, rmsb.SPEC], ids=lambda s: s.name)
+@BOTH_KERNELS
 @pytest.mark.parametrize(
     "shape,dtype,error,message",
     [

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 # First: it sets TRITON_INTERPRET without a GPU, and triton reads that when it is imported.
-import tunekit.core.backend
+import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-import dataclasses
 import math
 
 import pytest
 import torch
-from fingerprints import H200
+from fingerprints import H200, INTERPRETER
+from kernel_checks import DEV, HERE, INTERPRETER_NOISE, assert_heuristic_valid, launch_poisoned
 
-from tunekit.core.device import INTERPRETER_VENDOR, fingerprint
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPES
 from tunekit.kernels import softmax as sm
@@ -24,33 +23,15 @@ from tunekit.search_spaces.rows import single_block_n
 from tunekit.search_spaces.softmax import SPACE
 from tunekit.tuning.verify import check_outputs
 
-# Interpreter-only noise: NaN/inf arithmetic in masked-off rows and all -inf rows, and numpy's deprecation of
-# Triton's scalar __index__.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),
-]
+# Besides the interpreter's usual noise: inf arithmetic on all -inf rows.
+pytestmark = [*INTERPRETER_NOISE, pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")]
 
-HERE = fingerprint()  # where the tests launch kernels: the interpreter, or a GPU when there is one
-# Fingerprints for the rules and the heuristic (nothing is launched on them).
-INTERP = dataclasses.replace(
-    HERE, vendor=INTERPRETER_VENDOR, name="cpu", compute_capability="none", sm_count=0, smem_per_block=0
-)
-DEV = tunekit.core.backend.torch_device()
-DTYPE_LIST = [torch.float16, torch.bfloat16, torch.float32]
+DTYPE_LIST = list(DTYPES.values())
 TOL = {
     torch.float32: {"atol": 1e-6, "rtol": 1e-4},
     torch.float16: {"atol": 1e-5, "rtol": 2e-3},
     torch.bfloat16: {"atol": 1e-4, "rtol": 1.6e-2},
 }
-
-
-def _launch(config: dict, inputs: tuple) -> tuple:
-    (y,) = outputs = sm.alloc_outputs(inputs)
-    y.fill_(math.nan)  # poisoned: an element the kernel skips stays NaN and fails the check
-    sm.launch(config, inputs, outputs)
-    return outputs
 
 
 def _configs(problem: dict) -> list[dict]:
@@ -77,7 +58,7 @@ def test_kernel_configs_match_fp64_reference(m: int, n: int, dtype: str, log: bo
     inputs = (x[:m], log)
     expected = sm.reference(inputs)
     for config in _configs(problem):
-        wrong = check_outputs(sm.SPEC, _launch(config, inputs), expected)
+        wrong = check_outputs(sm.SPEC, launch_poisoned(sm.SPEC, config, inputs), expected)
         assert wrong is None, f"{config}: {wrong}"
 
 
@@ -99,7 +80,7 @@ def test_edge_values_match_torch(variant: str, block_n: int, rows: int) -> None:
     config = {"variant": variant, "BLOCK_N": block_n if variant not in ("single", "window") else 32, "ROWS": rows}
     config |= {"num_warps": 1, "num_stages": 1}
     for log in (False, True):
-        (y,) = _launch(config, (x, log))
+        (y,) = launch_poisoned(sm.SPEC, config, (x, log))
         want = (torch.log_softmax if log else torch.softmax)(x.double().cpu(), -1)
         torch.testing.assert_close(y.double().cpu(), want, equal_nan=True, atol=1e-6, rtol=1e-5)
 
@@ -119,15 +100,13 @@ def test_window_is_offered_for_unaligned_rows_and_leaves_neighbours_untouched() 
 # --- space, heuristic, spec --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", [INTERP, H200], ids=["interpreter", "h200"])
+@pytest.mark.parametrize("device", [INTERPRETER, H200], ids=["interpreter", "h200"])
 def test_heuristic_always_valid(device) -> None:
     for dtype in DTYPES:
         for log in (False, True):
             for rows in [1, 2, 3, 64, 1024, 1 << 16, 1 << 22]:
                 for cols in [1, 7, 16, 100, 1023, 4096, 4097, 32768, 32769, 50257, 131072, 1 << 20]:
-                    p = sm.problem((rows, cols), dtype, log)
-                    config = sm.heuristic(p, device)
-                    assert SPACE.is_valid(config, p, device), (p, config, SPACE.violations(config, p, device))
+                    assert_heuristic_valid(sm.SPEC, sm.problem((rows, cols), dtype, log), device)
 
 
 def test_rules() -> None:
@@ -146,11 +125,11 @@ def test_rules() -> None:
 
 
 def test_default_problems() -> None:
-    for device in (INTERP, H200):
+    for device in (INTERPRETER, H200):
         for p in sm.default_problems(device):
             assert set(p) == set(sm.SPEC.problem_fields)
             assert SPACE.valid_configs(p, device), p
-    assert all(int(p["rows"]) * int(p["cols"]) <= 1 << 15 for p in sm.default_problems(INTERP))
+    assert all(int(p["rows"]) * int(p["cols"]) <= 1 << 15 for p in sm.default_problems(INTERPRETER))
 
 
 def test_problem_from_shape() -> None:

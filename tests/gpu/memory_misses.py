@@ -7,7 +7,8 @@ make_inputs; tunekit's output checked against the reference before it is timed; 
   skeleton  a row copy with that config's tiling and no arithmetic, y = x: the same program -> rows mapping,
             BLOCK_N, ROWS (rows per program), num_warps, num_stages, and for looped variants the same passes over
             each row (the last one writes, last chunk first). Reductions: the same [BLOCK_M, BLOCK_N] chunk walk,
-            reading only (one sum per row written); LayerNorm backward: x and dy read, dx = x + dy written;
+            reading only (one sum per row written); LayerNorm backward: x and dy read, dx = x + dy written, on
+            the kernel's persistent grid (PROGRAMS_PER_SM programs per SM, each striding over row tiles);
   +params   the skeleton plus the kernel's other traffic: weight / bias loads where the kernel loads them; for the
             backward also the fp32 partial dweight / dbias rows and the kernel's own _sum_partials launch;
   copy      torch's device-to-device copy of the same bytes (the bench's "copy" column);
@@ -40,19 +41,18 @@ os.environ["TRITON_INTERPRET"] = "0" if "--ptx" in sys.argv else os.environ.get(
 import argparse
 import collections
 import json
-import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 from tunekit.core import backend
+from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
@@ -60,8 +60,10 @@ from tunekit.evaluation.names import COPY, TUNEKIT
 from tunekit.evaluation.report import check_then_time, copy_measurement, kernel_runner
 from tunekit.evaluation.results import BenchRun, read_run, timing_method
 from tunekit.evaluation.suite import SEED, families
+from tunekit.kernels.common import pow2_divisor
 from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
 from tunekit.runtime.dispatch import dispatcher
+from tunekit.search_spaces.layernorm_backward import persistent_programs
 from tunekit.search_spaces.rows import single_block_n
 from tunekit.tuning.bench import Timer, default_timer
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES
@@ -72,8 +74,7 @@ SMOKE_ROWS = 8
 PASSES = {"looped": 2, "online": 2}  # reads of each row by a looped forward (softmax `looped`: 3)
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(NamedTuple):  # no dataclass: the module also loads without an entry in sys.modules
     kernel: str
     rows: int
     cols: int
@@ -112,6 +113,14 @@ CASES = (
 
 
 @triton.jit
+def _whole(v, DIV: tl.constexpr):
+    """v (a size or stride the host found DIV dividing) rounded down to a multiple of DIV: Triton learns that."""
+    if DIV > 1:
+        v = v // DIV * DIV
+    return v
+
+
+@triton.jit
 def _copy_rows(
     X, Y,  # [M, N] input and output, unit stride along N
     P0, P1,  # [N] parameter vectors (read when NPARAMS >= 1 / == 2)
@@ -119,10 +128,7 @@ def _copy_rows(
     NPARAMS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 ):
     """The `single` variants' tiling: ROWS whole rows per program, one [ROWS, BLOCK_N] load and store."""
-    if DIV > 1:
-        N = N // DIV * DIV
-        stride_x = stride_x // DIV * DIV
-        stride_y = stride_y // DIV * DIV
+    N, stride_x, stride_y = _whole(N, DIV), _whole(stride_x, DIV), _whole(stride_y, DIV)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -145,10 +151,7 @@ def _copy_row_chunks(
     NPARAMS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, PASSES: tl.constexpr,
 ):
     """The looped variants' tiling: one row per program in BLOCK_N chunks, PASSES reads, the last one writing."""
-    if DIV > 1:
-        N = N // DIV * DIV
-        stride_x = stride_x // DIV * DIV
-        stride_y = stride_y // DIV * DIV
+    N, stride_x, stride_y = _whole(N, DIV), _whole(stride_x, DIV), _whole(stride_y, DIV)
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
@@ -178,28 +181,24 @@ def _copy_bwd_tiles(
     DW_PART, DB_PART,  # [programs, N] fp32 partial sums of x and of dy (written when EXTRAS)
     M, N, stride_x, stride_dy, stride_dx,
     EXTRAS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-    ROWS_PER_PROGRAM: tl.constexpr,
 ):
-    """The backward `single` tiling: ROWS_PER_PROGRAM rows per program in [ROWS, BLOCK_N] tiles."""
-    if DIV > 1:
-        N = N // DIV * DIV
-        stride_x = stride_x // DIV * DIV
-        stride_dy = stride_dy // DIV * DIV
-        stride_dx = stride_dx // DIV * DIV
+    """The backward `single` tiling: [ROWS, BLOCK_N] tiles of whole rows, tile t to program t % programs."""
+    N, stride_x = _whole(N, DIV), _whole(stride_x, DIV)
+    stride_dy, stride_dx = _whole(stride_dy, DIV), _whole(stride_dx, DIV)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if EXTRAS:
-        w = tl.load(W + cols, mask=col_mask, other=0.0)
     dw_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    for i in range(0, ROWS_PER_PROGRAM, ROWS):
-        rows = pid * ROWS_PER_PROGRAM + i + tl.arange(0, ROWS)
+    for tile in tl.range(pid, tl.cdiv(M, ROWS), tl.num_programs(0)):
+        rows = tile * ROWS + tl.arange(0, ROWS)
         mask = (rows < M)[:, None] & col_mask[None, :]
         rows64 = rows.to(tl.int64)[:, None]
         x = tl.load(X + rows64 * stride_x + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0)
-        g = dy + w[None, :] if EXTRAS else dy
+        g = dy
+        if EXTRAS:  # per tile, as the kernel re-reads the weight
+            g += tl.load(W + cols, mask=col_mask, other=0.0)[None, :]
         tl.store(DX + rows64 * stride_dx + cols[None, :], x + g, mask=mask)
         if EXTRAS:
             dw_acc += x.to(tl.float32)
@@ -217,27 +216,23 @@ def _copy_bwd_chunks(
     DW_PART, DB_PART,  # [programs, N] fp32 partial sums of x and of dy (read-modify-written when EXTRAS)
     S,  # [M] fp32: each row's sum over the first pass (keeps its loads live)
     M, N, stride_x, stride_dy, stride_dx,
-    EXTRAS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    EXTRAS: tl.constexpr, DIV: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The backward `looped` tiling: ROWS_PER_PROGRAM rows per program, each read twice in BLOCK_N chunks."""
-    if DIV > 1:
-        N = N // DIV * DIV
-        stride_x = stride_x // DIV * DIV
-        stride_dy = stride_dy // DIV * DIV
-        stride_dx = stride_dx // DIV * DIV
+    """The backward `looped` tiling: row r to program r % programs, each row read twice in BLOCK_N chunks."""
+    N, stride_x = _whole(N, DIV), _whole(stride_x, DIV)
+    stride_dy, stride_dx = _whole(stride_dy, DIV), _whole(stride_dx, DIV)
     pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(N, BLOCK_N)
     dw_part = DW_PART + pid.to(tl.int64) * N
     db_part = DB_PART + pid.to(tl.int64) * N
-    row_start = pid * ROWS_PER_PROGRAM
-    row_end = tl.minimum(row_start + ROWS_PER_PROGRAM, M)
-    x_row = X + row_start.to(tl.int64) * stride_x
-    dy_row = DY + row_start.to(tl.int64) * stride_dy
-    dx_row = DX + row_start.to(tl.int64) * stride_dx
-    for row in range(row_start, row_end):
+    x_row = X + pid.to(tl.int64) * stride_x
+    dy_row = DY + pid.to(tl.int64) * stride_dy
+    dx_row = DX + pid.to(tl.int64) * stride_dx
+    for row in tl.range(pid, M, n_programs):
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for k in range(0, n_chunks):  # the statistics pass: x, dy (and w) read
+        for k in tl.range(0, n_chunks):  # the statistics pass: x, dy (and w) read
             offs = k * BLOCK_N + cols
             mask = offs < N
             g = tl.load(dy_row + offs, mask=mask, other=0.0)
@@ -245,8 +240,8 @@ def _copy_bwd_chunks(
                 g += tl.load(W + offs, mask=mask, other=0.0)
             acc += tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32) + g.to(tl.float32)
         tl.store(S + row, tl.sum(acc, axis=0))
-        accumulate = row > row_start
-        for k in range(0, n_chunks):  # the writing pass, last chunk first
+        accumulate = row > pid  # the program's first row initialises its partial rows
+        for k in tl.range(0, n_chunks):  # the writing pass, last chunk first
             offs = (n_chunks - 1 - k) * BLOCK_N + cols
             mask = offs < N
             x = tl.load(x_row + offs, mask=mask, other=0.0)
@@ -258,9 +253,9 @@ def _copy_bwd_chunks(
                 tl.store(dw_part + offs, dw + x.to(tl.float32), mask=mask)
                 db = tl.load(db_part + offs, mask=mask & accumulate, other=0.0)
                 tl.store(db_part + offs, db + dy.to(tl.float32), mask=mask)
-        x_row += stride_x
-        dy_row += stride_dy
-        dx_row += stride_dx
+        x_row += n_programs.to(tl.int64) * stride_x
+        dy_row += n_programs.to(tl.int64) * stride_dy
+        dx_row += n_programs.to(tl.int64) * stride_dx
 
 
 @triton.jit
@@ -271,9 +266,7 @@ def _read_rows(
     DIV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """The inner reduction's tiling (kernels/reduction.py _reduce_inner's sum path), no max or index work."""
-    if DIV > 1:
-        N = N // DIV * DIV
-        stride_xm = stride_xm // DIV * DIV
+    N, stride_xm = _whole(N, DIV), _whole(stride_xm, DIV)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     x_rows = X + rows.to(tl.int64)[:, None] * stride_xm
@@ -308,12 +301,6 @@ Runner = Callable[[], object]
 Check = Callable[[], bool]
 
 
-def div_of(*sizes: int) -> int:
-    """The largest power of two (at most 16) dividing every size: the norm kernels' DIV."""
-    g = math.gcd(*sizes, 16)
-    return g & -g
-
-
 def _close(got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
     scale = max(1.0, float(want.float().abs().max()))
     return bool(torch.allclose(got.float(), want.float(), rtol=tol, atol=tol * scale))
@@ -332,7 +319,7 @@ def forward_skeleton(kernel: str, config: Config, inputs: Any, params: bool, div
     vectors = vectors if params else []
     p0, p1 = [*vectors, x, x][:2]
     if div is None:
-        div = 1 if kernel == "softmax" else div_of(n, x.stride(0), y.stride(0))  # softmax has no DIV
+        div = 1 if kernel == "softmax" else pow2_divisor(n, x.stride(0), y.stride(0))  # softmax has no DIV
     variant, block_n = str(config["variant"]), int(config["BLOCK_N"])
     common = {"NPARAMS": len(vectors), "DIV": div, **_options(config)}
     if variant == "single":
@@ -367,15 +354,13 @@ def backward_skeleton(config: Config, inputs: Any, extras: bool, div: int | None
     m, n = x.shape
     dx = torch.empty_like(x)
     dw, db = torch.empty_like(weight), torch.empty_like(x[0])
-    rpp = int(config["ROWS_PER_PROGRAM"])
-    programs = triton.cdiv(m, rpp)
+    programs = persistent_programs(config, m, fingerprint(x.device.index).sm_count)  # as launch_backward sizes it
     sums = torch.empty(m, dtype=torch.float32, device=x.device)
     strides = (x.stride(0), dy.stride(0), dx.stride(0))
     common = {
         "EXTRAS": extras,
-        "DIV": div_of(n, *strides) if div is None else div,
+        "DIV": pow2_divisor(n, *strides) if div is None else div,
         "BLOCK_N": int(config["BLOCK_N"]),
-        "ROWS_PER_PROGRAM": rpp,
         **_options(config),
     }
     single = config["variant"] == "single"
@@ -391,7 +376,7 @@ def backward_skeleton(config: Config, inputs: Any, extras: bool, div: int | None
             _copy_bwd_chunks[(programs,)](x, dy, dx, weight, *parts, sums, m, n, *strides, **common)
         if extras:  # exactly the kernel's second launch
             _sum_partials[(triton.cdiv(n, SUM_BLOCK_N),)](
-                *parts, dw, db, programs, n, WANT_DW=True, WANT_DB=True, DIV=min(n & -n, 16),
+                *parts, dw, db, programs, n, WANT_DW=True, WANT_DB=True, DIV=pow2_divisor(n),
                 BLOCK_G=SUM_BLOCK_G, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS,
             )  # fmt: skip
         return dx
@@ -443,7 +428,7 @@ def flat_runner(nbytes: int, read_only: bool, block: int, warps: int) -> Runner:
 
 
 def describe(config: Config) -> str:
-    sizes = " ".join(f"{k}={config[k]}" for k in ("BLOCK_M", "BLOCK_N", "ROWS", "ROWS_PER_PROGRAM") if k in config)
+    sizes = " ".join(f"{k}={v}" for k, v in config.items() if k not in ("variant", "num_warps", "num_stages"))
     return f"{config['variant']} {sizes} w{config['num_warps']} s{config['num_stages']}"
 
 
@@ -500,9 +485,11 @@ def measure(case: Case, bench: BenchRun, measurer: Measurer, smoke: bool) -> dic
     served, bench_frac = bench_config(bench, case.kernel, family.label(full))
     problem = dict(full, rows=SMOKE_ROWS) if smoke else full
     label = family.label(problem)
-    if smoke:  # the interpreter's dispatch serves interpreter configs: take the H200 bench's for this shape
-        if served is None:
-            raise ValueError(f"{family.label(full)} is not a row of {BENCH}")
+    if served is None and smoke:
+        raise ValueError(f"{family.label(full)} is not a row of {BENCH}")
+    # The interpreter's dispatch serves interpreter configs: a smoke run takes the H200 bench's for this shape, unless
+    # the bench predates the kernel's parameters (layernorm_backward's ROWS_PER_PROGRAM, now PROGRAMS_PER_SM).
+    if smoke and served is not None and set(served) == set(spec.space.names):
         config, served_by = served, "bench"
     else:
         key = spec.problem_key(problem)
@@ -533,7 +520,7 @@ def measure(case: Case, bench: BenchRun, measurer: Measurer, smoke: bool) -> dic
     if case.cols % 8:
         padded = dict(problem, cols=-(-case.cols // 8) * 8)
         wide = spec.make_inputs(padded, backend.torch_device(), SEED)
-        div = div_of(padded["cols"])
+        div = pow2_divisor(padded["cols"])
         ms["skeleton aligned"], note = measurer.skeleton_ms(lambda: skeleton(case.kernel, config, wide, False, div))
         notes += [f"skeleton aligned {note}"] if note else []
         ms["tunekit aligned"], note = measurer.tunekit_ms(spec, config, padded)
@@ -623,7 +610,7 @@ def ptx_report(bench: BenchRun) -> None:
             raise ValueError(f"layernorm {tuned_for} is not a row of {BENCH}")
         warps, stages = int(config["num_warps"]), int(config["num_stages"])
         for n in (4096, 4097, 4104):
-            div = div_of(n)
+            div = pow2_divisor(n)
             rows = {"M": 4096, "N": n, "stride_x": n, "stride_y": n}
             ptrs = {"X": "*fp16", "Y": "*fp16", "W": "*fp16", "B": "*fp16", "P0": "*fp16", "P1": "*fp16", "S": "*fp32"}
             args = {**ptrs, **rows, "eps": 1e-5}
