@@ -197,11 +197,7 @@ def alloc_outputs(inputs: Inputs) -> Outputs:
 
 
 def layer_norm_2d(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-    config: Config,
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, config: Config
 ) -> torch.Tensor:
     """Validate, allocate and launch: LayerNorm over the last dim of a 2-D x with a given config."""
     _check_inputs(x, weight, bias)

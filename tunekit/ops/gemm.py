@@ -18,7 +18,7 @@ either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 
@@ -26,6 +26,7 @@ from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -79,16 +80,22 @@ def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous() if layout_of(t) == "strided" else t
 
 
-def _gemm_2d(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-    alpha: float,
-    beta: float,
-) -> torch.Tensor:
+class _Gemm(NamedTuple):
+    """One GEMM problem as the kernel takes it (the spec's inputs): act(alpha * a @ b + bias) + beta * residual for
+    2-D a [M, K] and b [K, N]. The fields and defaults are matmul's keywords."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    bias: torch.Tensor | None = None
+    residual: torch.Tensor | None = None
+    activation: str = "none"
+    alpha: float = 1.0
+    beta: float = 1.0
+
+
+def _gemm_2d(g: _Gemm) -> torch.Tensor:
     """The validated 2-D case: dispatch on the problem key and launch."""
+    a, b, bias, residual, activation, alpha, beta = g
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -103,39 +110,28 @@ def _gemm_2d(
     if residual is not None and layout_of(residual) != "row":
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    spec, inputs = _GEMM.spec, (a, b, bias, residual, activation, alpha, beta)
-    config = _GEMM.config(spec.key_of(inputs))
-    if config is TORCH:
-        return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
-    spec.launch(config, inputs, (out,))
-    return out
+    g = _Gemm(a, b, bias, residual, activation, alpha, beta)
+    return out if dispatch_launch(_GEMM, g, (out,)) else _torch_gemm(g)
 
 
-def _torch_trains_it(
-    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str
-) -> bool:
+def _torch_trains_it(g: _Gemm) -> bool:
     """Eager training where dispatch serves torch for the forward GEMM or either backward GEMM (dA = dY B^T,
     dB = A^T dY): then torch's own ops with torch's autograd run the whole call, as they would without tunekit."""
+    a, b = g.a, g.b
     if torch.compiler.is_compiling() or a.numel() == 0 or b.numel() == 0:
         return False
     if "strided" in (layout_of(a), layout_of(b)):
         return True
-    # The incoming gradient, as key_of sees it (a fresh row-major tensor), without allocating one.
+    # The incoming gradient, as key_of sees it (a fresh row-major tensor), without allocating one. The key reads
+    # neither alpha nor beta.
     dy = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
-    problems = ((a, b, bias, residual, activation), (dy, b.T, None, None, "none"), (a.T, dy, None, None, "none"))
-    return any(_GEMM.config(_GEMM.spec.key_of((*p, 1.0, 1.0))) is TORCH for p in problems)
+    problems = (g, _Gemm(dy, b.T), _Gemm(a.T, dy))
+    return any(_GEMM.config(_GEMM.spec.key_of(p)) is TORCH for p in problems)
 
 
-def _torch_gemm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-    alpha: float,
-    beta: float,
-) -> torch.Tensor:
+def _torch_gemm(g: _Gemm) -> torch.Tensor:
     """cuBLAS through torch, with torch applying the epilogue cuBLASLt does not fuse (dispatch served TORCH)."""
+    a, b, bias, residual, activation, alpha, beta = g
     if bias is None:
         z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
     else:  # alpha scales the product only: act(alpha * a @ b + bias)
@@ -146,21 +142,15 @@ def _torch_gemm(
     return y
 
 
-def _linear_impl(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-) -> torch.Tensor:
-    k = input.shape[-1]
-    out_features = weight.shape[0]
-    out_shape = (*input.shape[:-1], out_features)
-    m = math.prod(input.shape[:-1])  # explicit: reshape(-1, 0) is ambiguous for empty tensors
-    x2d = input.reshape(m, k)
-    r2d = residual.reshape(m, out_features) if residual is not None else None
-    # weight [out, in] -> B = weight.T [in, out]: a column-major view, no copy.
-    return _gemm_2d(x2d, weight.T, bias, r2d, activation, 1.0, 1.0).view(out_shape)
+def _linear_gemm(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, act: str
+) -> _Gemm:
+    """linear's call as the 2-D GEMM: input [..., K] as A [M, K]; weight [N, K] as B = weight.T [K, N], a
+    column-major view (no copy); residual [..., N] as [M, N]."""
+    m, n = math.prod(input.shape[:-1]), weight.shape[0]  # explicit: reshape(-1, 0) is ambiguous for empty tensors
+    x2d = input.reshape(m, input.shape[-1])
+    r2d = residual.reshape(m, n) if residual is not None else None
+    return _Gemm(x2d, weight.T, bias, r2d, act)
 
 
 @torch.library.custom_op("tunekit::matmul", mutates_args=())
@@ -173,19 +163,11 @@ def _matmul_op(
     alpha: float,
     beta: float,
 ) -> torch.Tensor:
-    return _gemm_2d(a, b, bias, residual, activation, alpha, beta)
+    return _gemm_2d(_Gemm(a, b, bias, residual, activation, alpha, beta))
 
 
 @_matmul_op.register_fake
-def _matmul_fake(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-    alpha: float,
-    beta: float,
-) -> torch.Tensor:
+def _matmul_fake(a: torch.Tensor, b: torch.Tensor, *epilogue: object) -> torch.Tensor:
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -196,7 +178,7 @@ def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 
 def _matmul_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    if ctx.activation != "none":  # _gemm_with_grad splits the activation off whenever gradients flow
+    if ctx.activation != "none":  # _gemm_op splits the activation off whenever gradients flow
         raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
     a, b = ctx.saved_tensors
     need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
@@ -210,16 +192,9 @@ def _matmul_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 _matmul_op.register_autograd(_matmul_grad, setup_context=_matmul_setup)
 
 
-def _gemm_op(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    activation: str,
-    alpha: float,
-    beta: float,
-) -> torch.Tensor:
+def _gemm_op(g: _Gemm) -> torch.Tensor:
     """The custom-op path (torch.compile, autograd). With gradients and an activation: GEMM, then pointwise."""
+    a, b, bias, residual, activation, alpha, beta = g
     if activation == "none" or not grads_flow(a, b, bias, residual):
         return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
     z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
@@ -227,17 +202,9 @@ def _gemm_op(
     return y if residual is None else y.add(residual, alpha=beta)
 
 
-def _torch_matmul(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    *,
-    bias: torch.Tensor | None = None,
-    activation: str | None = None,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    residual: torch.Tensor | None = None,
-) -> torch.Tensor:
-    return _torch_gemm(a, b, bias, residual, _check_activation(activation), alpha, beta)
+def _torch_matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, **epilogue: Any) -> torch.Tensor:
+    """matmul where dispatch served TORCH (a replayed call: matmul has validated its arguments)."""
+    return _torch_gemm(_Gemm(a, b, activation=_check_activation(activation), **epilogue))
 
 
 def _torch_linear(
@@ -247,11 +214,10 @@ def _torch_linear(
     activation: str | None = None,
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    # The full path's torch branch on the same 2-D views: a replayed call gives the bits the full path gives.
-    m, n = math.prod(input.shape[:-1]), weight.shape[0]
-    r2d = residual.reshape(m, n) if residual is not None else None
-    y = _torch_gemm(input.reshape(m, input.shape[-1]), weight.T, bias, r2d, _check_activation(activation), 1.0, 1.0)
-    return y.view(*input.shape[:-1], n)
+    """linear where dispatch served TORCH: the full path's torch branch on the same 2-D views, so a replayed call
+    gives the bits the full path gives."""
+    g = _linear_gemm(input, weight, bias, residual, _check_activation(activation))
+    return _torch_gemm(g).view(*input.shape[:-1], weight.shape[0])
 
 
 @hot_path(_torch_matmul)
@@ -281,11 +247,12 @@ def matmul(
     act = _check_activation(activation)
     alpha_f, beta_f = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
-    if grads_flow(a, b, bias, residual) and _torch_trains_it(a, b, bias, residual, act):
-        return _torch_gemm(a, b, bias, residual, act, alpha_f, beta_f)
+    g = _Gemm(a, b, bias, residual, act, alpha_f, beta_f)
+    if grads_flow(a, b, bias, residual) and _torch_trains_it(g):
+        return _torch_gemm(g)
     if use_custom_op(a, b, bias, residual):
-        return _gemm_op(a, b, bias, residual, act, alpha_f, beta_f)
-    return _gemm_2d(a, b, bias, residual, act, alpha_f, beta_f)
+        return _gemm_op(g)
+    return _gemm_2d(g)
 
 
 @hot_path(_torch_linear)
@@ -313,10 +280,9 @@ def linear(
     act = _check_activation(activation)
     out_shape = (*input.shape[:-1], weight.shape[0])
     _check_epilogue_tensors(bias, residual, out_shape, dtype, input)
-    if use_custom_op(input, weight, bias, residual):
-        m, k = math.prod(input.shape[:-1]), input.shape[-1]
-        x2d, r2d = input.reshape(m, k), residual.reshape(m, weight.shape[0]) if residual is not None else None
-        if grads_flow(input, weight, bias, residual) and _torch_trains_it(x2d, weight.T, bias, r2d, act):
-            return _torch_gemm(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
-        return _gemm_op(x2d, weight.T, bias, r2d, act, 1.0, 1.0).view(out_shape)
-    return _linear_impl(input, weight, bias, residual, act)
+    g = _linear_gemm(input, weight, bias, residual, act)
+    if not use_custom_op(input, weight, bias, residual):
+        return _gemm_2d(g).view(out_shape)
+    if grads_flow(input, weight, bias, residual) and _torch_trains_it(g):
+        return _torch_gemm(g).view(out_shape)
+    return _gemm_op(g).view(out_shape)

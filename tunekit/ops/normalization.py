@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import ProblemKey
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import TORCH, Dispatcher, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -35,10 +37,10 @@ _RMSNORM_BACKWARD = dispatcher("rmsnorm_backward", torch_fallback=True)
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def _check_affine(p: torch.Tensor | None, shape: tuple[int, ...], x: torch.Tensor, what: str) -> None:
+def _check_affine(p: Tensor | None, shape: tuple[int, ...], x: Tensor, what: str) -> None:
     if p is None:
         return
-    if not isinstance(p, torch.Tensor):
+    if not isinstance(p, Tensor):
         raise InvalidInputError(f"{what} must be a tensor or None, but got {type(p).__name__}")
     if tuple(p.shape) != shape:
         raise InvalidInputError(f"{what} must have shape normalized_shape={list(shape)}, but got {list(p.shape)}")
@@ -47,14 +49,14 @@ def _check_affine(p: torch.Tensor | None, shape: tuple[int, ...], x: torch.Tenso
 
 
 def _validate(
-    input: torch.Tensor,
+    input: Tensor,
     normalized_shape: int | Sequence[int],
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
     eps: object,
 ) -> tuple[int, ...]:
     """Refuse anything the kernels would get wrong; return normalized_shape as a tuple."""
-    if not isinstance(input, torch.Tensor):
+    if not isinstance(input, Tensor):
         raise InvalidInputError(f"input must be a tensor, but got {type(input).__name__}")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or tuple(input.shape[input.dim() - len(shape) :]) != shape or input.dim() < len(shape):
@@ -70,7 +72,7 @@ def _validate(
     return shape
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+def _rows(t: Tensor, n: int) -> Tensor:
     """t as [M, n] with unit stride along n (the kernels take any row stride); a copy only when needed."""
     rows = t.reshape(-1, n)
     if n > 1 and rows.stride(1) != 1:
@@ -78,70 +80,48 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return rows
 
 
-def _vector(p: torch.Tensor | None, n: int) -> torch.Tensor | None:
+def _vector(p: Tensor | None, n: int) -> Tensor | None:
     return None if p is None else p.reshape(n).contiguous()
 
 
-# ---------------------------------------------------------------------------------------------- LayerNorm
+# ---------------------------------------------------------------------------------------------- both norms
 
 
-def _layer_norm(
-    input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
-) -> torch.Tensor:
+def _forward(
+    kernel: Dispatcher, input: Tensor, shape: Sequence[int], params: tuple[Tensor | None, ...], eps: float
+) -> Tensor | None:
+    """A forward kernel over input's [M, N] rows (N = prod(shape)): a new tensor of input's shape and dtype, or
+    None where dispatch serves torch."""
     y = input.new_empty(input.shape)
     if input.numel() == 0:
         return y
     n = math.prod(shape)
-    x2d = _rows(input, n)
-    w, b = _vector(weight, n), _vector(bias, n)
-    spec, inputs = _LAYERNORM.spec, (x2d, w, b, eps)
-    config = _LAYERNORM.config(spec.key_of(inputs))
-    if config is TORCH:
-        return F.layer_norm(input, tuple(shape), weight, bias, eps)
-    spec.launch(config, inputs, (y.view(-1, n),))
-    return y
+    inputs = (_rows(input, n), *(_vector(p, n) for p in params), eps)
+    return y if dispatch_launch(kernel, inputs, (y.view(-1, n),)) else None
 
 
-def _layer_norm_backward(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    shape: Sequence[int],
-    eps: float,
-    want_dweight: bool,
-    bias_dtype: torch.dtype | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dweight, dbias); dweight / dbias are empty [0] tensors unless wanted (a custom op returns no None)."""
-    want_dw, want_db = want_dweight and weight is not None, bias_dtype is not None
+def _like_input(input: Tensor, *_: object) -> Tensor:
+    """The forward ops' fake: a new tensor of input's shape and dtype."""
+    return input.new_empty(input.shape)
+
+
+def _grad_buffers(input: Tensor, weight: Tensor | None, shape: Sequence[int], want_dw: bool) -> tuple[Tensor, Tensor]:
+    """A backward's dx, and its dweight where wanted, else an empty [0] tensor (a custom op returns no None)."""
     dx = input.new_empty(input.shape)
-    dw = weight.new_empty(tuple(shape)) if want_dw and weight is not None else input.new_empty(0)
-    db = input.new_empty(tuple(shape), dtype=bias_dtype) if want_db else input.new_empty(0)
-    if input.numel() == 0:  # dweight and dbias are sums over no rows
-        return dx, dw.zero_(), db.zero_()
-    n = math.prod(shape)
-    x2d, dy2d = _rows(input, n), _rows(grad, n)
-    spec, inputs = _LAYERNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
-    config = _LAYERNORM_BACKWARD.config(spec.key_of(inputs))
-    if config is TORCH:  # torch's own backward; its statistics recomputed (the forward did not save them)
-        shape_list, w = list(shape), weight.reshape(shape) if weight is not None else None
-        _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape_list, w, None, eps)
-        bias_like = input.new_empty(shape_list) if want_db else None
-        mask = [True, want_dw, want_db]
-        gx, gw, gb = torch.ops.aten.native_layer_norm_backward(grad, input, shape_list, mean, rstd, w, bias_like, mask)
-        return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
-    outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
-    spec.launch(config, inputs, outputs)
-    return dx, dw, db
+    return dx, weight.new_empty(tuple(shape)) if want_dw and weight is not None else input.new_empty(0)
 
 
-def _rows_like(input: torch.Tensor, n: int) -> torch.Tensor:
+def _bias_grad_buffer(input: Tensor, shape: Sequence[int], bias_dtype: torch.dtype | None) -> Tensor:
+    """LayerNorm backward's dbias where wanted (bias_dtype given), else an empty [0] tensor."""
+    return input.new_empty(tuple(shape), dtype=bias_dtype) if bias_dtype is not None else input.new_empty(0)
+
+
+def _rows_like(input: Tensor, n: int) -> Tensor:
     """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
     return input.new_empty(()).expand(input.numel() // max(n, 1), n)
 
 
-def _torch_trains_it(
-    input: torch.Tensor, leaves: tuple[torch.Tensor | None, ...], backward: Dispatcher, key: ProblemKey
-) -> bool:
+def _torch_trains_it(input: Tensor, leaves: tuple[Tensor | None, ...], backward: Dispatcher, key: ProblemKey) -> bool:
     """Eager training whose backward problem dispatch serves with torch: then torch's whole op runs (its autograd
     saves the statistics, where tunekit's forward followed by torch's backward would recompute them)."""
     if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
@@ -149,65 +129,69 @@ def _torch_trains_it(
     return backward.config(key) is TORCH
 
 
+# ---------------------------------------------------------------------------------------------- LayerNorm
+
+
+def _layer_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    y = _forward(_LAYERNORM, input, shape, (weight, bias), eps)
+    return F.layer_norm(input, tuple(shape), weight, bias, eps) if y is None else y
+
+
 @torch.library.custom_op("tunekit::layer_norm", mutates_args=())
 def _layer_norm_op(
-    input: torch.Tensor,
-    normalized_shape: list[int],
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-) -> torch.Tensor:
+    input: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> Tensor:
     return _layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-@_layer_norm_op.register_fake
-def _layer_norm_fake(
-    input: torch.Tensor,
-    normalized_shape: list[int],
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-) -> torch.Tensor:
-    return input.new_empty(input.shape)
+_layer_norm_op.register_fake(_like_input)
 
 
 @torch.library.custom_op("tunekit::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
+    grad: Tensor,
+    input: Tensor,
+    weight: Tensor | None,
     normalized_shape: list[int],
     eps: float,
     want_dweight: bool,
     bias_dtype: torch.dtype | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _layer_norm_backward(grad, input, weight, normalized_shape, eps, want_dweight, bias_dtype)
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias); dweight / dbias are empty [0] tensors unless wanted (a custom op returns no None)."""
+    want_dw, want_db = want_dweight and weight is not None, bias_dtype is not None
+    dx, dw = _grad_buffers(input, weight, normalized_shape, want_dw)
+    db = _bias_grad_buffer(input, normalized_shape, bias_dtype)
+    if input.numel() == 0:  # dweight and dbias are sums over no rows
+        return dx, dw.zero_(), db.zero_()
+    n = math.prod(normalized_shape)
+    x2d, dy2d = _rows(input, n), _rows(grad, n)
+    inputs = (x2d, dy2d, _vector(weight, n), want_dw, want_db, eps)
+    outputs = (dx.view(-1, n),) + ((dw.view(n),) if want_dw else ()) + ((db.view(n),) if want_db else ())
+    if dispatch_launch(_LAYERNORM_BACKWARD, inputs, outputs):
+        return dx, dw, db
+    # torch's own backward; its statistics recomputed (the forward did not save them)
+    shape_list, w = list(normalized_shape), weight.reshape(normalized_shape) if weight is not None else None
+    _, mean, rstd = torch.ops.aten.native_layer_norm(input, shape_list, w, None, eps)
+    bias_like = input.new_empty(shape_list) if want_db else None
+    mask = [True, want_dw, want_db]
+    gx, gw, gb = torch.ops.aten.native_layer_norm_backward(grad, input, shape_list, mean, rstd, w, bias_like, mask)
+    return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
 
 
 @_layer_norm_backward_op.register_fake
-def _layer_norm_backward_fake(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    normalized_shape: list[int],
-    eps: float,
-    want_dweight: bool,
-    bias_dtype: torch.dtype | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    shape = tuple(normalized_shape)
-    dw = weight.new_empty(shape) if want_dweight and weight is not None else input.new_empty(0)
-    db = input.new_empty(shape, dtype=bias_dtype) if bias_dtype is not None else input.new_empty(0)
-    return input.new_empty(input.shape), dw, db
+def _layer_norm_backward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    _, input, weight, shape, _, want_dweight, bias_dtype = args  # the op's arguments
+    return (*_grad_buffers(input, weight, shape, want_dweight), _bias_grad_buffer(input, shape, bias_dtype))
 
 
-def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     input, normalized_shape, weight, bias, eps = inputs
     ctx.save_for_backward(input, weight)
     ctx.normalized_shape, ctx.eps = list(normalized_shape), eps
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
-def _layer_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, Any, Any, None]:
+def _layer_norm_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, Any, None]:
     input, weight = ctx.saved_tensors
     need_dx, _, need_dw, need_db, _ = ctx.needs_input_grad
     want_dw = weight is not None and need_dw
@@ -223,12 +207,12 @@ _layer_norm_op.register_autograd(_layer_norm_grad, setup_context=_layer_norm_set
 
 @hot_path(F.layer_norm)
 def layer_norm(
-    input: torch.Tensor,
+    input: Tensor,
     normalized_shape: int | Sequence[int],
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
     eps: float = 1e-5,
-) -> torch.Tensor:
+) -> Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
     if grads_flow(input, weight, bias):
@@ -245,99 +229,58 @@ def layer_norm(
 # ---------------------------------------------------------------------------------------------- RMSNorm
 
 
-def _rms_norm(input: torch.Tensor, shape: Sequence[int], weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    y = input.new_empty(input.shape)
-    if input.numel() == 0:
-        return y
-    n = math.prod(shape)
-    x2d = _rows(input, n)
-    w = _vector(weight, n)
-    spec, inputs = _RMSNORM.spec, (x2d, w, eps)
-    config = _RMSNORM.config(spec.key_of(inputs))
-    if config is TORCH:
-        return F.rms_norm(input, tuple(shape), weight, eps)
-    spec.launch(config, inputs, (y.view(-1, n),))
-    return y
-
-
-def _rms_norm_backward(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    shape: Sequence[int],
-    eps: float,
-    want_dweight: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dweight); dweight is an empty [0] tensor unless wanted."""
-    want_dw = want_dweight and weight is not None
-    dx = input.new_empty(input.shape)
-    dw = weight.new_empty(tuple(shape)) if want_dw and weight is not None else input.new_empty(0)
-    if input.numel() == 0:  # dweight is a sum over no rows
-        return dx, dw.zero_()
-    n = math.prod(shape)
-    x2d, dy2d = _rows(input, n), _rows(grad, n)
-    spec, inputs = _RMSNORM_BACKWARD.spec, (x2d, dy2d, _vector(weight, n), want_dw, eps)
-    config = _RMSNORM_BACKWARD.config(spec.key_of(inputs))
-    if config is TORCH:  # torch ops in fp32 (torch has no public fused RMSNorm backward to call)
-        xf, dyf = x2d.float(), dy2d.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        xhat = xf * rstd
-        dxhat = dyf * weight.reshape(n).float() if weight is not None else dyf
-        dx.view(-1, n).copy_(rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True)))
-        if want_dw:
-            dw.view(n).copy_((dyf * xhat).sum(0))
-        return dx, dw
-    outputs = (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)
-    spec.launch(config, inputs, outputs)
-    return dx, dw
+def _rms_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, eps: float) -> Tensor:
+    y = _forward(_RMSNORM, input, shape, (weight,), eps)
+    return F.rms_norm(input, tuple(shape), weight, eps) if y is None else y
 
 
 @torch.library.custom_op("tunekit::rms_norm", mutates_args=())
-def _rms_norm_op(
-    input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float
-) -> torch.Tensor:
+def _rms_norm_op(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
     return _rms_norm(input, normalized_shape, weight, eps)
 
 
-@_rms_norm_op.register_fake
-def _rms_norm_fake(
-    input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float
-) -> torch.Tensor:
-    return input.new_empty(input.shape)
+_rms_norm_op.register_fake(_like_input)
 
 
 @torch.library.custom_op("tunekit::rms_norm_backward", mutates_args=())
 def _rms_norm_backward_op(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    normalized_shape: list[int],
-    eps: float,
-    want_dweight: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _rms_norm_backward(grad, input, weight, normalized_shape, eps, want_dweight)
+    grad: Tensor, input: Tensor, weight: Tensor | None, normalized_shape: list[int], eps: float, want_dweight: bool
+) -> tuple[Tensor, Tensor]:
+    """(dx, dweight); dweight is an empty [0] tensor unless wanted."""
+    want_dw = want_dweight and weight is not None
+    dx, dw = _grad_buffers(input, weight, normalized_shape, want_dw)
+    if input.numel() == 0:  # dweight is a sum over no rows
+        return dx, dw.zero_()
+    n = math.prod(normalized_shape)
+    x2d, dy2d = _rows(input, n), _rows(grad, n)
+    inputs = (x2d, dy2d, _vector(weight, n), want_dw, eps)
+    if dispatch_launch(_RMSNORM_BACKWARD, inputs, (dx.view(-1, n), dw.view(n)) if want_dw else (dx.view(-1, n),)):
+        return dx, dw
+    # torch ops in fp32 (torch has no public fused RMSNorm backward to call)
+    xf, dyf = x2d.float(), dy2d.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    xhat = xf * rstd
+    dxhat = dyf * weight.reshape(n).float() if weight is not None else dyf
+    dx.view(-1, n).copy_(rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True)))
+    if want_dw:
+        dw.view(n).copy_((dyf * xhat).sum(0))
+    return dx, dw
 
 
 @_rms_norm_backward_op.register_fake
 def _rms_norm_backward_fake(
-    grad: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    normalized_shape: list[int],
-    eps: float,
-    want_dweight: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    dw = weight.new_empty(tuple(normalized_shape)) if want_dweight and weight is not None else input.new_empty(0)
-    return input.new_empty(input.shape), dw
+    grad: Tensor, input: Tensor, weight: Tensor | None, normalized_shape: list[int], eps: float, want_dweight: bool
+) -> tuple[Tensor, Tensor]:
+    return _grad_buffers(input, weight, normalized_shape, want_dweight)
 
 
-def _rms_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+def _rms_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     input, normalized_shape, weight, eps = inputs
     ctx.save_for_backward(input, weight)
     ctx.normalized_shape, ctx.eps = list(normalized_shape), eps
 
 
-def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, Any, None]:
+def _rms_norm_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, None]:
     input, weight = ctx.saved_tensors
     need_dx, _, need_dw, _ = ctx.needs_input_grad
     want_dw = weight is not None and need_dw
@@ -350,11 +293,8 @@ _rms_norm_op.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
 
 @hot_path(F.rms_norm)
 def rms_norm(
-    input: torch.Tensor,
-    normalized_shape: int | Sequence[int],
-    weight: torch.Tensor | None = None,
-    eps: float | None = None,
-) -> torch.Tensor:
+    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)

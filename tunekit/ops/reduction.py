@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.library import CustomOpDef
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.ops._checks import check_device, use_custom_op
-from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.ops._launch import dispatch_launch
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
@@ -170,30 +172,19 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
     if length == 0:  # torch: the sum of nothing is 0, the mean NaN (max over an empty dim was refused)
         values.fill_(0.0 if op == "sum" else float("nan"))
         return
-    x3 = layout.xv.reshape(outer, length, inner)  # a view unless xv is strided in a way that cannot merge
-    if inner == 1 and outer > 1:
-        x2 = x3[:, :, 0]
-        if length > 1 and x2.stride(1) != 1:
-            x2 = x2.contiguous()
-        outputs = (values.view(outer),) if indices is None else (values.view(outer), indices.view(outer))
-        spec, inputs = _REDUCTION.spec, (x2, op, "inner")
-        config = _REDUCTION.config(spec.key_of(inputs))
-        if config is TORCH:
-            _torch_reduction(op, x2, 1, outputs)
-        else:
-            spec.launch(config, inputs, outputs)
-        return
-    # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M).
-    if inner > 1 and x3.stride(2) != 1:
-        x3 = x3.contiguous()
-    shape2 = (outer, inner)
-    outputs = (values.view(shape2),) if indices is None else (values.view(shape2), indices.view(shape2))
-    spec, inputs = _REDUCTION.spec, (x3, op, "outer")
-    config = _REDUCTION.config(spec.key_of(inputs))
-    if config is TORCH:
-        _torch_reduction(op, x3, 1, outputs)
-    else:
-        spec.launch(config, inputs, outputs)
+    x = layout.xv.reshape(outer, length, inner)  # a view unless xv is strided in a way that cannot merge
+    kept: tuple[int, ...]  # the outputs' shape as the kernel writes them
+    if inner == 1 and outer > 1:  # the `inner` kernel over [outer, D]
+        x, axis, kept = x[:, :, 0], "inner", (outer,)
+        if length > 1 and x.stride(1) != 1:
+            x = x.contiguous()
+    else:  # dim 0, a middle dim, or a whole vector (outer == inner == 1: M rows of one column, coalesced along M)
+        axis, kept = "outer", (outer, inner)
+        if inner > 1 and x.stride(2) != 1:
+            x = x.contiguous()
+    outputs = (values.view(kept),) if indices is None else (values.view(kept), indices.view(kept))
+    if not dispatch_launch(_REDUCTION, (x, op, axis), outputs):
+        _torch_reduction(op, x, 1, outputs)
 
 
 def _torch_reduction(op: str, x: torch.Tensor, dim: int, outputs: tuple[torch.Tensor, ...]) -> None:
@@ -223,38 +214,31 @@ def _setup_sum_mean(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> 
     ctx.count = _reduced_size(input, list(dims))
 
 
-@torch.library.custom_op("tunekit::sum_dim", mutates_args=())
-def _sum_op(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    return _reduce("sum", input, list(dims), keepdim, dtype, run=True)[0]
-
-
-@_sum_op.register_fake
-def _sum_fake(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    return _reduce("sum", input, list(dims), keepdim, dtype, run=False)[0]
-
-
 def _sum_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
     return _sum_mean_backward_shape(ctx, grad).to(ctx.in_dtype), None, None, None
-
-
-_sum_op.register_autograd(_sum_backward, setup_context=_setup_sum_mean)
-
-
-@torch.library.custom_op("tunekit::mean_dim", mutates_args=())
-def _mean_op(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    return _reduce("mean", input, list(dims), keepdim, dtype, run=True)[0]
-
-
-@_mean_op.register_fake
-def _mean_fake(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    return _reduce("mean", input, list(dims), keepdim, dtype, run=False)[0]
 
 
 def _mean_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
     return (_sum_mean_backward_shape(ctx, grad) / ctx.count).to(ctx.in_dtype), None, None, None
 
 
-_mean_op.register_autograd(_mean_backward, setup_context=_setup_sum_mean)
+def _define_sum_or_mean_op(op: str, backward: Callable[..., tuple[Any, ...]]) -> CustomOpDef:
+    """The custom op tunekit::{op}_dim (op: sum or mean), its fake (the outputs' metadata only) and its backward."""
+
+    def kernel(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+        return _reduce(op, input, list(dims), keepdim, dtype, run=True)[0]
+
+    def fake(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+        return _reduce(op, input, list(dims), keepdim, dtype, run=False)[0]
+
+    custom = torch.library.custom_op(f"tunekit::{op}_dim", kernel, mutates_args=())
+    custom.register_fake(fake)
+    custom.register_autograd(backward, setup_context=_setup_sum_mean)
+    return custom
+
+
+_sum_op = _define_sum_or_mean_op("sum", _sum_backward)
+_mean_op = _define_sum_or_mean_op("mean", _mean_backward)
 
 
 @torch.library.custom_op("tunekit::max_dim", mutates_args=())
@@ -292,28 +276,27 @@ def _max_backward(
 _max_op.register_autograd(_max_backward, setup_context=_setup_max)
 
 
+def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+    _check_input(input, op)
+    _check_dtype_arg(dtype, op)
+    dims = _normalize_dims(dim, input.dim(), op)
+    _check_sizes(input.shape, op)
+    if use_custom_op(input):
+        custom = torch.ops.tunekit.sum_dim if op == "sum" else torch.ops.tunekit.mean_dim
+        return custom(input, dims, bool(keepdim), dtype)
+    return _reduce(op, input, dims, bool(keepdim), dtype, run=True)[0]
+
+
 @hot_path(torch.sum)
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
-    _check_input(input, "sum")
-    _check_dtype_arg(dtype, "sum")
-    dims = _normalize_dims(dim, input.dim(), "sum")
-    _check_sizes(input.shape, "sum")
-    if use_custom_op(input):
-        return torch.ops.tunekit.sum_dim(input, dims, bool(keepdim), dtype)
-    return _reduce("sum", input, dims, bool(keepdim), dtype, run=True)[0]
+    return _sum_or_mean("sum", input, dim, keepdim, dtype)
 
 
 @hot_path(torch.mean)
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
-    _check_input(input, "mean")
-    _check_dtype_arg(dtype, "mean")
-    dims = _normalize_dims(dim, input.dim(), "mean")
-    _check_sizes(input.shape, "mean")
-    if use_custom_op(input):
-        return torch.ops.tunekit.mean_dim(input, dims, bool(keepdim), dtype)
-    return _reduce("mean", input, dims, bool(keepdim), dtype, run=True)[0]
+    return _sum_or_mean("mean", input, dim, keepdim, dtype)
 
 
 @hot_path(torch.max)
@@ -350,12 +333,9 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
         x2 = xm.reshape(-1, n)  # a view when the leading dims merge, else a copy
         if n > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        spec, inputs = _SOFTMAX.spec, (x2, log)
-        config = _SOFTMAX.config(spec.key_of(inputs))
-        if config is TORCH:  # torch's own softmax, into the same output
-            (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=ym.view(-1, n))
-        else:
-            spec.launch(config, inputs, (ym.view(-1, n),))
+        y2 = ym.view(-1, n)
+        if not dispatch_launch(_SOFTMAX, (x2, log), (y2,)):  # torch's own softmax, into the same output
+            (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=y2)
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
@@ -379,53 +359,44 @@ def _log_softmax_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, N
     return (g - torch.exp(y) * g.sum(ctx.dim, keepdim=True)).to(ctx.in_dtype), None, None
 
 
-@torch.library.custom_op("tunekit::softmax", mutates_args=())
-def _softmax_op(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return _softmax(input, dim, dtype, log=False, run=True)
+def _define_softmax_op(log: bool, backward: Callable[..., tuple[Any, ...]]) -> CustomOpDef:
+    """The custom op tunekit::softmax (log: tunekit::log_softmax), its fake (the output's metadata only) and its
+    backward."""
+
+    def kernel(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+        return _softmax(input, dim, dtype, log=log, run=True)
+
+    def fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+        return _softmax(input, dim, dtype, log=log, run=False)
+
+    custom = torch.library.custom_op("tunekit::log_softmax" if log else "tunekit::softmax", kernel, mutates_args=())
+    custom.register_fake(fake)
+    custom.register_autograd(backward, setup_context=_setup_softmax)
+    return custom
 
 
-@_softmax_op.register_fake
-def _softmax_fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return _softmax(input, dim, dtype, log=False, run=False)
+_softmax_op = _define_softmax_op(False, _softmax_backward)
+_log_softmax_op = _define_softmax_op(True, _log_softmax_backward)
 
 
-_softmax_op.register_autograd(_softmax_backward, setup_context=_setup_softmax)
-
-
-@torch.library.custom_op("tunekit::log_softmax", mutates_args=())
-def _log_softmax_op(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return _softmax(input, dim, dtype, log=True, run=True)
-
-
-@_log_softmax_op.register_fake
-def _log_softmax_fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return _softmax(input, dim, dtype, log=True, run=False)
-
-
-_log_softmax_op.register_autograd(_log_softmax_backward, setup_context=_setup_softmax)
-
-
-def _softmax_args(input: object, dim: object, dtype: object, op: str) -> int:
+def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool) -> torch.Tensor:
+    op = "log_softmax" if log else "softmax"
     x = _check_input(input, op)
     _check_dtype_arg(dtype, op)
     d = _normalize_dim(dim, x.dim(), op)
     _check_sizes(x.shape, op)
-    return d
+    if use_custom_op(x):
+        return (torch.ops.tunekit.log_softmax if log else torch.ops.tunekit.softmax)(x, d, dtype)
+    return _softmax(x, d, dtype, log=log, run=True)
 
 
 @hot_path(torch.softmax)
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
-    d = _softmax_args(input, dim, dtype, "softmax")
-    if use_custom_op(input):
-        return torch.ops.tunekit.softmax(input, d, dtype)
-    return _softmax(input, d, dtype, log=False, run=True)
+    return _softmax_call(input, dim, dtype, log=False)
 
 
 @hot_path(torch.log_softmax)
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
-    d = _softmax_args(input, dim, dtype, "log_softmax")
-    if use_custom_op(input):
-        return torch.ops.tunekit.log_softmax(input, d, dtype)
-    return _softmax(input, d, dtype, log=True, run=True)
+    return _softmax_call(input, dim, dtype, log=True)

@@ -23,7 +23,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
 
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.geometry import Geometry, KernelModel, Math
@@ -32,6 +32,8 @@ from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem, SearchSpace, Value, config_id
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from tunekit.core.device import DeviceFingerprint
 
 ConfigId = tuple[tuple[str, Value], ...]
@@ -284,19 +286,20 @@ def quantize(
 CompiledTable = Mapping[ConfigId, Resources]  # config_id -> compiled resources (compiled_from_rows)
 
 
+class ModelOptions(TypedDict, total=False):
+    """The keywords quantize_all, rank, seed_configs and prune take (each passes them on to quantize_all)."""
+
+    arch: Arch  # the per-SM rates the roofline is computed against; DEFAULT_ARCH when absent
+    compiled: CompiledTable | None  # compiled resources by config_id, where known; estimates for the others
+
+
 def quantize_all(
-    kernel: str,
-    configs: Iterable[Config],
-    problem: Problem,
-    limits: DeviceLimits,
-    *,
-    arch: Arch = DEFAULT_ARCH,
-    compiled: CompiledTable | None = None,
+    kernel: str, configs: Iterable[Config], problem: Problem, limits: DeviceLimits, **options: Unpack[ModelOptions]
 ) -> list[Quantization] | None:
     """`quantize` for every config, in their order; compiled resources (keyed by config_id) where known."""
     if kernel_model(kernel) is None:
         return None
-    found = compiled or {}
+    arch, found = options.get("arch", DEFAULT_ARCH), options.get("compiled") or {}
     result = []
     for config in configs:
         q = quantize(kernel, config, problem, limits, arch=arch, resources=found.get(config_id(config)))
@@ -319,16 +322,10 @@ def _rank_key(q: Quantization) -> tuple[float, float, int, float, ConfigId]:
 
 
 def rank(
-    kernel: str,
-    configs: Iterable[Config],
-    problem: Problem,
-    limits: DeviceLimits,
-    *,
-    arch: Arch = DEFAULT_ARCH,
-    compiled: CompiledTable | None = None,
+    kernel: str, configs: Iterable[Config], problem: Problem, limits: DeviceLimits, **options: Unpack[ModelOptions]
 ) -> list[Quantization] | None:
     """The configs' quantizations, best modelled first (configs that cannot launch last); None without a model."""
-    quantized = quantize_all(kernel, configs, problem, limits, arch=arch, compiled=compiled)
+    quantized = quantize_all(kernel, configs, problem, limits, **options)
     return None if quantized is None else sorted(quantized, key=_rank_key)
 
 
@@ -338,9 +335,7 @@ def seed_configs(
     problem: Problem,
     limits: DeviceLimits,
     count: int,
-    *,
-    arch: Arch = DEFAULT_ARCH,
-    compiled: CompiledTable | None = None,
+    **options: Unpack[ModelOptions],
 ) -> list[dict[str, Value]] | None:
     """The `count` top-modelled configs to seed a search with; None without a model.
 
@@ -349,7 +344,7 @@ def seed_configs(
     seed with one tile shape. Configs that cannot launch or are hopeless are never seeds.
     """
     model = kernel_model(kernel)
-    ranked = rank(kernel, configs, problem, limits, arch=arch, compiled=compiled)
+    ranked = rank(kernel, configs, problem, limits, **options)
     if model is None or ranked is None:
         return None
     usable = [q for q in ranked if q.launchable]
@@ -384,16 +379,15 @@ def prune(
     problem: Problem,
     limits: DeviceLimits,
     *,
-    arch: Arch = DEFAULT_ARCH,
-    compiled: CompiledTable | None = None,
     hopeless_ratio: float = HOPELESS_RATIO,
+    **options: Unpack[ModelOptions],
 ) -> Pruning | None:
     """Drop configs that cannot launch (0 blocks per SM) and configs predicted slower than hopeless_ratio x the
     best modelled config. The best-modelled config always survives, even where nothing can launch by the estimate
     (an estimate can be wrong; a measurement settles it). None for a kernel without a model.
     """
     config_list = [dict(c) for c in configs]
-    quantized = quantize_all(kernel, config_list, problem, limits, arch=arch, compiled=compiled)
+    quantized = quantize_all(kernel, config_list, problem, limits, **options)
     if quantized is None:
         return None
     if not quantized:
