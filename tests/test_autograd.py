@@ -125,3 +125,35 @@ def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):
     monkeypatch.setenv("TUNEKIT_UNTUNED", "triton")
     _check("layer_norm", torch.float32, lambda case: case[1])
     assert set(untuned_gpu.dispatcher("layernorm").served_by.values()) <= {"nearest", "heuristic"}
+
+
+# ---- eager training skips the custom-op dispatcher (its host cost), with the same numbers ----
+
+EAGER_TRAINED = ("layer_norm", "rms_norm", "linear", "matmul")
+
+
+@pytest.mark.parametrize("name", EAGER_TRAINED)
+def test_eager_training_takes_the_autograd_function_not_the_custom_op(name, monkeypatch):
+    """Eager calls whose gradients flow run the op's eager autograd Function: no tunekit custom op is called,
+    forward or backward, and the gradients still match torch's."""
+    called: list[str] = []
+    real_ops = torch.ops.tunekit
+
+    class Spy:
+        def __getattr__(self, attr: str) -> object:
+            called.append(attr)
+            return getattr(real_ops, attr)
+
+    monkeypatch.setattr(torch.ops, "tunekit", Spy())
+    _check(name, torch.float32, lambda case: case[1])
+    assert called == [], f"{name} went through torch.ops.tunekit.{called}"
+
+
+@pytest.mark.parametrize("name", EAGER_TRAINED)
+def test_eager_double_backward_raises(name):
+    shapes, call, _ = CASES[name]
+    leaves = [torch.randn(s).requires_grad_() for s in shapes]
+    out = call(*leaves)
+    grads = torch.autograd.grad(out.square().sum(), leaves[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grads[0].sum().backward()

@@ -18,6 +18,7 @@ either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -28,6 +29,7 @@ from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["linear", "matmul"]
@@ -153,8 +155,7 @@ def _linear_gemm(
     return _Gemm(x2d, weight.T, bias, r2d, act)
 
 
-@torch.library.custom_op("tunekit::matmul", mutates_args=())
-def _matmul_op(
+def _matmul(
     a: torch.Tensor,
     b: torch.Tensor,
     bias: Optional[torch.Tensor],  # noqa: UP045  (torch.library parses the annotations of this signature)
@@ -164,6 +165,9 @@ def _matmul_op(
     beta: float,
 ) -> torch.Tensor:
     return _gemm_2d(_Gemm(a, b, bias, residual, activation, alpha, beta))
+
+
+_matmul_op = torch.library.custom_op("tunekit::matmul", _matmul, mutates_args=())
 
 
 @_matmul_op.register_fake
@@ -177,27 +181,35 @@ def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
     ctx.activation, ctx.alpha, ctx.beta = activation, alpha, beta
 
 
-def _matmul_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    if ctx.activation != "none":  # _gemm_op splits the activation off whenever gradients flow
-        raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
-    a, b = ctx.saved_tensors
-    need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
-    da = torch.ops.tunekit.matmul(grad, b.T, None, None, "none", ctx.alpha, 1.0) if need_a else None
-    db = torch.ops.tunekit.matmul(a.T, grad, None, None, "none", ctx.alpha, 1.0) if need_b else None
-    dbias = grad.sum(0) if need_bias else None
-    dresidual = (grad if ctx.beta == 1.0 else grad * ctx.beta) if need_residual else None
-    return da, db, dbias, dresidual, None, None, None
+def _matmul_grad(matmul: Callable[..., torch.Tensor]) -> Callable[..., tuple[Any, ...]]:
+    """The backward formula; dA = dY B^T and dB = A^T dY run through `matmul` (the custom op, or its body)."""
+
+    def grad_of(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.activation != "none":  # _gemm_op splits the activation off whenever gradients flow
+            raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
+        a, b = ctx.saved_tensors
+        need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
+        da = matmul(grad, b.T, None, None, "none", ctx.alpha, 1.0) if need_a else None
+        db = matmul(a.T, grad, None, None, "none", ctx.alpha, 1.0) if need_b else None
+        dbias = grad.sum(0) if need_bias else None
+        dresidual = (grad if ctx.beta == 1.0 else grad * ctx.beta) if need_residual else None
+        return da, db, dbias, dresidual, None, None, None
+
+    return grad_of
 
 
-_matmul_op.register_autograd(_matmul_grad, setup_context=_matmul_setup)
+_matmul_op.register_autograd(_matmul_grad(torch.ops.tunekit.matmul), setup_context=_matmul_setup)
+_MATMUL_EAGER = eager_function("MatmulEager", _matmul, _matmul_setup, _matmul_grad(_matmul))
 
 
 def _gemm_op(g: _Gemm) -> torch.Tensor:
-    """The custom-op path (torch.compile, autograd). With gradients and an activation: GEMM, then pointwise."""
+    """The autograd path: the custom op under torch.compile, its eager Function otherwise. With gradients and an
+    activation: GEMM, then pointwise."""
     a, b, bias, residual, activation, alpha, beta = g
+    matmul = torch.ops.tunekit.matmul if torch.compiler.is_compiling() else _MATMUL_EAGER.apply
     if activation == "none" or not grads_flow(a, b, bias, residual):
-        return torch.ops.tunekit.matmul(a, b, bias, residual, activation, alpha, beta)
-    z = torch.ops.tunekit.matmul(a, b, bias, None, "none", alpha, 1.0)
+        return matmul(a, b, bias, residual, activation, alpha, beta)
+    z = matmul(a, b, bias, None, "none", alpha, 1.0)
     y = TORCH_ACTIVATIONS[activation](z)  # torch's ops: their fused backward, or inductor's fusion
     return y if residual is None else y.add(residual, alpha=beta)
 

@@ -7,14 +7,16 @@ backward kernel. The backward recomputes the statistics from the saved input, so
 Gradients of weight and bias are computed only for those that require grad. Double backward is not supported.
 
 The eager hot path (no input requires grad, or grad mode off, and not compiling) skips the custom-op dispatch: one
-validation, one dispatch lookup, one launch. Inputs of any leading dims and strides are accepted (rows whose last
-dim is strided are copied); results are new contiguous tensors of input's shape and dtype.
+validation, one dispatch lookup, one launch. Eager calls whose gradients flow skip it too: a torch.autograd.Function
+(tunekit/runtime/eager_autograd.py) runs the same forward, setup and backward formula as the custom op, without the
+custom-op dispatcher's host cost; torch.compile traces the custom ops. Inputs of any leading dims and strides are
+accepted (rows whose last dim is strided are copied); results are new contiguous tensors of input's shape and dtype.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -23,9 +25,10 @@ from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import ProblemKey
-from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import TORCH, Dispatcher, dispatcher
+from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
@@ -147,8 +150,7 @@ def _layer_norm_op(
 _layer_norm_op.register_fake(_like_input)
 
 
-@torch.library.custom_op("tunekit::layer_norm_backward", mutates_args=())
-def _layer_norm_backward_op(
+def _layer_norm_backward(
     grad: Tensor,
     input: Tensor,
     weight: Tensor | None,
@@ -178,6 +180,9 @@ def _layer_norm_backward_op(
     return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
 
 
+_layer_norm_backward_op = torch.library.custom_op("tunekit::layer_norm_backward", _layer_norm_backward, mutates_args=())
+
+
 @_layer_norm_backward_op.register_fake
 def _layer_norm_backward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     _, input, weight, shape, _, want_dweight, bias_dtype = args  # the op's arguments
@@ -191,18 +196,26 @@ def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
-def _layer_norm_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, Any, None]:
-    input, weight = ctx.saved_tensors
-    need_dx, _, need_dw, need_db, _ = ctx.needs_input_grad
-    want_dw = weight is not None and need_dw
-    bias_dtype = ctx.bias_dtype if need_db else None
-    dx, dw, db = torch.ops.tunekit.layer_norm_backward(
-        grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw, bias_dtype
-    )
-    return (dx if need_dx else None, None, dw if want_dw else None, db if bias_dtype is not None else None, None)
+def _layer_norm_grad(backward: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> Callable[..., tuple[Any, ...]]:
+    """The backward formula, running the backward problem through `backward` (the custom op, or its body)."""
+
+    def grad_of(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, Any, None]:
+        input, weight = ctx.saved_tensors
+        need_dx, _, need_dw, need_db, _ = ctx.needs_input_grad
+        want_dw = weight is not None and need_dw
+        bias_dtype = ctx.bias_dtype if need_db else None
+        dx, dw, db = backward(grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw, bias_dtype)
+        return (dx if need_dx else None, None, dw if want_dw else None, db if bias_dtype is not None else None, None)
+
+    return grad_of
 
 
-_layer_norm_op.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+_layer_norm_op.register_autograd(
+    _layer_norm_grad(torch.ops.tunekit.layer_norm_backward), setup_context=_layer_norm_setup
+)
+_LAYER_NORM_EAGER = eager_function(
+    "LayerNormEager", _layer_norm, _layer_norm_setup, _layer_norm_grad(_layer_norm_backward)
+)
 
 
 @hot_path(F.layer_norm)
@@ -221,8 +234,10 @@ def layer_norm(
         key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
         if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
             return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
-    if use_custom_op(input, weight, bias):
+    if torch.compiler.is_compiling():
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
+    if grads_flow(input, weight, bias):
+        return _LAYER_NORM_EAGER.apply(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
 
 
@@ -242,8 +257,7 @@ def _rms_norm_op(input: Tensor, normalized_shape: list[int], weight: Tensor | No
 _rms_norm_op.register_fake(_like_input)
 
 
-@torch.library.custom_op("tunekit::rms_norm_backward", mutates_args=())
-def _rms_norm_backward_op(
+def _rms_norm_backward(
     grad: Tensor, input: Tensor, weight: Tensor | None, normalized_shape: list[int], eps: float, want_dweight: bool
 ) -> tuple[Tensor, Tensor]:
     """(dx, dweight); dweight is an empty [0] tensor unless wanted."""
@@ -267,6 +281,9 @@ def _rms_norm_backward_op(
     return dx, dw
 
 
+_rms_norm_backward_op = torch.library.custom_op("tunekit::rms_norm_backward", _rms_norm_backward, mutates_args=())
+
+
 @_rms_norm_backward_op.register_fake
 def _rms_norm_backward_fake(
     grad: Tensor, input: Tensor, weight: Tensor | None, normalized_shape: list[int], eps: float, want_dweight: bool
@@ -280,15 +297,21 @@ def _rms_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.normalized_shape, ctx.eps = list(normalized_shape), eps
 
 
-def _rms_norm_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, None]:
-    input, weight = ctx.saved_tensors
-    need_dx, _, need_dw, _ = ctx.needs_input_grad
-    want_dw = weight is not None and need_dw
-    dx, dw = torch.ops.tunekit.rms_norm_backward(grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw)
-    return (dx if need_dx else None, None, dw if want_dw else None, None)
+def _rms_norm_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[..., tuple[Any, ...]]:
+    """The backward formula, running the backward problem through `backward` (the custom op, or its body)."""
+
+    def grad_of(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Any, None]:
+        input, weight = ctx.saved_tensors
+        need_dx, _, need_dw, _ = ctx.needs_input_grad
+        want_dw = weight is not None and need_dw
+        dx, dw = backward(grad, input, weight, ctx.normalized_shape, ctx.eps, want_dw)
+        return (dx if need_dx else None, None, dw if want_dw else None, None)
+
+    return grad_of
 
 
-_rms_norm_op.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+_rms_norm_op.register_autograd(_rms_norm_grad(torch.ops.tunekit.rms_norm_backward), setup_context=_rms_norm_setup)
+_RMS_NORM_EAGER = eager_function("RMSNormEager", _rms_norm, _rms_norm_setup, _rms_norm_grad(_rms_norm_backward))
 
 
 @hot_path(F.rms_norm)
@@ -303,6 +326,8 @@ def rms_norm(
         key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
         if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
             return F.rms_norm(input, tuple(shape), weight, eps_value)
-    if use_custom_op(input, weight):
+    if torch.compiler.is_compiling():
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
+    if grads_flow(input, weight):
+        return _RMS_NORM_EAGER.apply(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)

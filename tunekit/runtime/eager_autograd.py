@@ -1,0 +1,41 @@
+"""Eager training without the custom-op dispatcher: one torch.autograd.Function per op, built from the same pieces
+the op registers with torch.library (its implementation, setup_context and backward formula).
+
+Why: a call through a `torch.library.custom_op` with a registered autograd formula costs hundreds of microseconds
+of host time per call in eager mode (the dispatcher's autograd, redispatch and aliasing checks; measured on an
+H200 host, 2026-11-24, tests/gpu/norm_backward_bench.py), several times a norm's GPU time. The custom op stays
+what torch.compile traces; eager calls whose gradients flow take this Function instead, which runs the same
+implementation and the same backward formula, so both paths compute the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+SetupContext = Callable[[Any, tuple[Any, ...], Any], None]
+
+
+def eager_function(
+    name: str,
+    forward: Callable[..., Any],
+    setup_context: SetupContext,
+    backward: Callable[..., Any],
+) -> type[torch.autograd.Function]:
+    """An autograd Function running `forward(*args)`, then `setup_context(ctx, args, output)`; its backward is
+    `backward(ctx, *grads)`, returning one gradient (or None) per argument, as `register_autograd` expects."""
+
+    def run_forward(ctx: Any, *args: Any) -> Any:
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    @once_differentiable  # double backward raises, as the custom op's does
+    def run_backward(ctx: Any, *grads: Any) -> Any:
+        return backward(ctx, *grads)
+
+    body = {"forward": staticmethod(run_forward), "backward": staticmethod(run_backward)}
+    return type(name, (torch.autograd.Function,), body)
