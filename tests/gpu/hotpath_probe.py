@@ -126,14 +126,37 @@ def compiled() -> None:
 
 
 def second_gpu() -> None:
+    """Triton-served calls on cuda:1 while device 0 is current: results, and the device each kernel ran on (the
+    profiler's), through the full path, the watched call and the replayed plans; then on a side stream of cuda:1."""
     if torch.cuda.device_count() < 2:
         print("second GPU: none on this machine (not checked)")
         record["second_gpu"] = "absent"
         return
+    os.environ["TUNEKIT_UNTUNED"] = "triton"  # untuned problems would otherwise run torch's kernels
+    dispatch.reset_all()
     x = torch.randn(8, 1024, device="cuda:1", dtype=torch.float16)
-    oks = [_close(ops.softmax(x, -1), torch.softmax(x, -1)) for _ in range(4)]
-    print(f"second GPU (current device 0, tensors on cuda:1): {oks}")
-    record["second_gpu"] = oks
+    w = torch.randn(1024, device="cuda:1", dtype=torch.float16)
+    wl = torch.randn(512, 1024, device="cuda:1", dtype=torch.float16)
+    cases = {
+        "softmax": (lambda: ops.softmax(x, -1), lambda: torch.softmax(x, -1)),
+        "rms_norm": (lambda: ops.rms_norm(x, (1024,), w, 1e-6), lambda: F.rms_norm(x, (1024,), w, 1e-6)),
+        "linear": (lambda: ops.linear(x, wl), lambda: F.linear(x, wl)),
+    }
+    out: dict[str, object] = {}
+    torch.cuda.set_device(0)
+    for name, (ours, ref) in cases.items():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            oks = [_close(ours(), ref()) for _ in range(4)]
+            side = torch.cuda.Stream(device="cuda:1")
+            with torch.cuda.stream(side):
+                oks.append(_close(ours(), ref()))
+            torch.cuda.synchronize("cuda:1")
+        devices = sorted({e.device_index for e in prof.events() if e.device_type.name == "CUDA"})
+        out[name] = {"correct": oks, "kernel_devices": devices}
+    record["second_gpu"] = out
+    print(f"second GPU (current device 0, tensors on cuda:1, TUNEKIT_UNTUNED=triton): {out}")
+    os.environ["TUNEKIT_UNTUNED"] = "torch"
+    dispatch.reset_all()
 
 
 def host_table() -> None:
