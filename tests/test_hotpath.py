@@ -173,3 +173,25 @@ def test_bench_host_needs_a_gpu_and_says_so() -> None:
 
     result = CliRunner().invoke(app, ["bench-host"])
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> None:
+    """The public op never plans an autograd call, but the bodies its eager autograd Function runs (grad mode off)
+    do: from the third step on, forward and backward are replays, with the full path's bits; reset forgets them."""
+    leaves = [t.requires_grad_() for t in _leaves(name)]
+    call = CASES[name][1]
+    inner = hotpath._INNER
+    for hot in inner:
+        hot.stats = hotpath.Stats()
+    dy = torch.randn(leaves[0].shape, generator=torch.Generator().manual_seed(1))
+    steps = []
+    for _ in range(4):
+        y = call(*leaves)
+        steps.append((y.detach(), *torch.autograd.grad(y, leaves, dy)))
+    for step in steps[1:]:
+        _same(step, steps[0])
+    used = [hot for hot in inner if hot.stats.replays]
+    assert len(used) == 2 and all((h.stats.plans, h.stats.replays) == (1, 2) for h in used), [h.stats for h in inner]
+    dispatch.reset_all()
+    assert all(not hot.plans for hot in inner)

@@ -213,8 +213,13 @@ def _layer_norm_grad(backward: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> 
 _layer_norm_op.register_autograd(
     _layer_norm_grad(torch.ops.tunekit.layer_norm_backward), setup_context=_layer_norm_setup
 )
+# Eager training runs the forward and backward bodies through replay plans too (their calls run with grad mode
+# off, inside the Function): after two calls of a signature, each is its launches straight into the kernels.
 _LAYER_NORM_EAGER = eager_function(
-    "LayerNormEager", _layer_norm, _layer_norm_setup, _layer_norm_grad(_layer_norm_backward)
+    "LayerNormEager",
+    hot_path(public=False)(_layer_norm),
+    _layer_norm_setup,
+    _layer_norm_grad(hot_path(public=False)(_layer_norm_backward)),
 )
 
 
@@ -311,7 +316,12 @@ def _rms_norm_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[.
 
 
 _rms_norm_op.register_autograd(_rms_norm_grad(torch.ops.tunekit.rms_norm_backward), setup_context=_rms_norm_setup)
-_RMS_NORM_EAGER = eager_function("RMSNormEager", _rms_norm, _rms_norm_setup, _rms_norm_grad(_rms_norm_backward))
+_RMS_NORM_EAGER = eager_function(
+    "RMSNormEager",
+    hot_path(public=False)(_rms_norm),
+    _rms_norm_setup,
+    _rms_norm_grad(hot_path(public=False)(_rms_norm_backward)),
+)
 
 
 @hot_path(F.rms_norm)

@@ -35,6 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _SEEN = object()  # a signature called once: the next call is watched
 _NO_PLAN = object()  # a signature whose watched call did something a plan cannot replay
 _OPS: list[HotPath] = []
+_INNER: list[HotPath] = []  # ops' inner steps (hot_path(public=False))
 _MAX_SIGNATURES = 4096  # per op
 
 
@@ -129,12 +130,14 @@ class HotPath:
         self.plans.clear()
 
 
-def hot_path(torch_equivalent: Callable[..., Any] | None = None) -> Callable[[F], F]:
-    """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes."""
+def hot_path(torch_equivalent: Callable[..., Any] | None = None, *, public: bool = True) -> Callable[[F], F]:
+    """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes.
+    public=False: an op's inner step (the body its eager autograd Function runs forward or backward), replayed
+    the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
         hot = HotPath(op, torch_equivalent)
-        _OPS.append(hot)
+        (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 
     return wrap
@@ -142,7 +145,7 @@ def hot_path(torch_equivalent: Callable[..., Any] | None = None) -> Callable[[F]
 
 def forget_plans() -> None:
     """Drop every plan: the next call of each signature takes the full path again (dispatch's reset calls this)."""
-    for hot in _OPS:
+    for hot in (*_OPS, *_INNER):
         hot.forget()
 
 
