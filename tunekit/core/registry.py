@@ -15,6 +15,7 @@ KERNELS: dict[str, str] = {
     "rmsnorm": "tunekit.kernels.rmsnorm",
     "rmsnorm_backward": "tunekit.kernels.rmsnorm_backward",
     "pointwise": "tunekit.kernels.pointwise",
+    "pointwise_backward": "tunekit.kernels.pointwise_backward",
     "reduction": "tunekit.kernels.reduction",
     "softmax": "tunekit.kernels.softmax",
     "gemm": "tunekit.kernels.gemm",
