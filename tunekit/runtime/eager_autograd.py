@@ -17,6 +17,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 SetupContext = Callable[[Any, tuple[Any, ...], Any], None]
+# Every Function made here: the hot path asks whether a call's autograd graph runs one of them.
+FUNCTIONS: set[type[torch.autograd.Function]] = set()
 
 
 def eager_function(
@@ -38,4 +40,24 @@ def eager_function(
         return backward(ctx, *grads)
 
     body = {"forward": staticmethod(run_forward), "backward": staticmethod(run_backward)}
-    return type(name, (torch.autograd.Function,), body)
+    function = type(name, (torch.autograd.Function,), body)
+    FUNCTIONS.add(function)
+    return function
+
+
+def runs_tunekit_backward(result: Any, inputs: list[torch.Tensor]) -> bool:
+    """Whether the autograd graph a call added (from its result back to its inputs' own history) holds one of
+    these Functions, i.e. whether its backward runs tunekit's kernels rather than torch's alone."""
+    stop = {id(t.grad_fn) for t in inputs if t.grad_fn is not None}
+    outputs = result if isinstance(result, tuple) else (result,)
+    frontier = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor)]
+    seen: set[int] = set()
+    while frontier:
+        node = frontier.pop()
+        if node is None or id(node) in stop or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if getattr(node, "_forward_cls", None) in FUNCTIONS:
+            return True
+        frontier.extend(next_node for next_node, _ in node.next_functions)
+    return False

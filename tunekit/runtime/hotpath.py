@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 import torch
 
 from tunekit.runtime import recorder
-from tunekit.runtime.hotpath_plan import build_plan
-from tunekit.runtime.watch import Watch
+from tunekit.runtime.eager_autograd import runs_tunekit_backward
+from tunekit.runtime.hotpath_plan import TorchCall, build_plan
+from tunekit.runtime.watch import Watch, watching
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,7 +88,7 @@ class HotPath:
         functools.update_wrapper(self, op)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or recorder.ACTIVE:
+        if torch.compiler.is_compiling() or recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
         try:
             signature = _signature(args, kwargs)
@@ -108,16 +109,16 @@ class HotPath:
 
     def _watch(self, signature: tuple[object, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.stats.watched += 1
-        if torch.is_grad_enabled() and any(
-            isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())
-        ):  # autograd records this call: only the full path does that
-            self.stats.refused["autograd"] = self.stats.refused.get("autograd", 0) + 1
-            self.plans[signature] = _NO_PLAN
-            return self.op(*args, **kwargs)
+        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        autograd = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         watch = Watch()
         with _on_device(args, kwargs), watch.active():
             result = self.op(*args, **kwargs)
         plan, refusal = build_plan(watch, args, kwargs, result, self.torch_equivalent)
+        # A call autograd records may only become torch's own op (which records itself), and only where the full
+        # path ran torch's alone: a replay records nothing, and a tunekit backward must stay a tunekit backward.
+        if autograd and (not isinstance(plan, TorchCall) or runs_tunekit_backward(result, tensors)):
+            plan, refusal = None, "autograd"
         if plan is None:
             self.stats.refused[refusal] = self.stats.refused.get(refusal, 0) + 1
             self.plans[signature] = _NO_PLAN
