@@ -199,7 +199,9 @@ def _matmul_grad(matmul: Callable[..., torch.Tensor]) -> Callable[..., tuple[Any
 
 
 _matmul_op.register_autograd(_matmul_grad(torch.ops.tunekit.matmul), setup_context=_matmul_setup)
-_MATMUL_EAGER = eager_function("MatmulEager", _matmul, _matmul_setup, _matmul_grad(_matmul))
+# The eager Function's GEMMs (forward, dA, dB) replay as plans, one per call signature, as the norms' bodies do.
+_MATMUL_BODY = hot_path(public=False)(_matmul)
+_MATMUL_EAGER = eager_function("MatmulEager", _MATMUL_BODY, _matmul_setup, _matmul_grad(_MATMUL_BODY))
 
 
 def _gemm_op(g: _Gemm) -> torch.Tensor:
