@@ -129,7 +129,7 @@ def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):
 
 # ---- eager training skips the custom-op dispatcher (its host cost), with the same numbers ----
 
-EAGER_TRAINED = ("layer_norm", "rms_norm", "linear", "matmul")
+EAGER_TRAINED = ("layer_norm", "rms_norm", "linear", "matmul", "gelu", "bias_act", "bias_act_residual")
 
 
 @pytest.mark.parametrize("name", EAGER_TRAINED)

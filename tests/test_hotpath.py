@@ -145,6 +145,18 @@ def test_torch_served_signature_calls_torch_directly(monkeypatch: pytest.MonkeyP
     torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (40,), w, b))
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_torch_served_op_replays_torch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every op's torch equivalent takes the op's own arguments (gelu's approximate positionally, too)."""
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    call, op = CASES[name][1], getattr(ops, name)
+    leaves = _leaves(name)
+    results = [call(*leaves) for _ in range(3)]
+    assert [type(p) for p in op.plans.values()] == [TorchCall] and _stats(op).replays == 1
+    _same(results[2], results[1])
+    torch.testing.assert_close(results[2], CASES[name][2](*leaves))
+
+
 def test_triton_plans_replay_launches() -> None:
     x = torch.randn(4, 40)
     for _ in range(2):
@@ -175,7 +187,7 @@ def test_bench_host_needs_a_gpu_and_says_so() -> None:
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "matmul"])
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "matmul", "gelu", "bias_act", "bias_act_residual"])
 def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> None:
     """The public op never plans an autograd call, but the bodies its eager autograd Function runs (grad mode off)
     do: after a few steps (the op's own watched step runs them as they are), forward and backward are replays, with
@@ -193,7 +205,8 @@ def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> No
     for step in steps[1:]:
         _same(step, steps[0])
     used = [hot for hot in inner if hot.stats.replays]
-    # norms: a forward body and a backward body; matmul: one body, planned for the forward, dA and dB signatures
+    # norms and pointwise ops: a forward body and a backward body; matmul: one body, planned for the forward, dA
+    # and dB signatures
     bodies, plans = (1, 3) if name == "matmul" else (2, 1)
     assert len(used) == bodies and all(h.stats.plans == plans and h.stats.replays >= 2 for h in used), [
         h.stats for h in inner
@@ -202,7 +215,9 @@ def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> No
     assert all(not hot.plans for hot in inner)
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "linear", "matmul", "softmax"])
+@pytest.mark.parametrize(
+    "name", ["layer_norm", "rms_norm", "linear", "matmul", "softmax", "gelu", "bias_act", "bias_act_residual"]
+)
 def test_a_torch_served_training_call_becomes_torch_own_op(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served TORCH throughout, a call that autograd records has torch's own op as its plan: torch records the
     graph itself, the gradients are torch's, and nothing of tunekit's runs around it."""

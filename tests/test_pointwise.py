@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 import torch
@@ -66,6 +66,19 @@ def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0, std: f
     return (std * torch.randn(*shape, generator=g)).to(dtype)
 
 
+def operands(
+    shapes: Iterable[tuple[int, ...]], dtype: torch.dtype
+) -> Iterator[tuple[tuple[int, ...], torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per shape: (shape, input, bias over its last dim, residual), seeded by the shape's position."""
+    for i, shape in enumerate(shapes):
+        yield (
+            shape,
+            randn(*shape, dtype=dtype, seed=i),
+            randn(shape[-1], dtype=dtype, seed=100 + i, std=0.5),
+            randn(*shape, dtype=dtype, seed=200 + i, std=1.0),
+        )
+
+
 def nine_op_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """The classic eager chain, literally: nine separate ops."""
     cube = x * x  # 1
@@ -85,10 +98,7 @@ def nine_op_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_NAMES[d])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_activation_matches_float64(activation: str, dtype: torch.dtype) -> None:
-    for i, shape in enumerate(SHAPES):
-        x = randn(*shape, dtype=dtype, seed=i)
-        b = randn(shape[-1], dtype=dtype, seed=100 + i, std=0.5)
-        r = randn(*shape, dtype=dtype, seed=200 + i, std=1.0)
+    for shape, x, b, r in operands(SHAPES, dtype):
         for bias in (None, b):
             what = f"{activation} {shape} bias={bias is not None}"
             assert_matches(bias_act(x, bias, activation), reference64(x, bias, None, activation), what)
@@ -378,6 +388,9 @@ def test_custom_ops_pass_opcheck() -> None:
     torch.library.opcheck(torch.ops.tunekit.bias_act.default, (x, bias, "relu", 2.0))
     torch.library.opcheck(torch.ops.tunekit.bias_act.default, (x, None, "sigmoid", 1.0))
     torch.library.opcheck(torch.ops.tunekit.bias_act_residual.default, (x, bias, x, "gelu", 0.5))
+    dy = randn(5, 16, seed=2)
+    for b, want_dbias in ((bias, True), (bias, False), (None, False)):
+        torch.library.opcheck(torch.ops.tunekit.pointwise_backward.default, (dy, x, b, "silu", 0.5, want_dbias))
 
 
 # ------------------------------------------------------------------------------------------- bad inputs

@@ -24,10 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
-from tunekit.core.spec import ProblemKey
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch
-from tunekit.runtime.dispatch import TORCH, Dispatcher, dispatcher
+from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.runtime.dispatch import Dispatcher, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
@@ -122,14 +121,6 @@ def _bias_grad_buffer(input: Tensor, shape: Sequence[int], bias_dtype: torch.dty
 def _rows_like(input: Tensor, n: int) -> Tensor:
     """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
     return input.new_empty(()).expand(input.numel() // max(n, 1), n)
-
-
-def _torch_trains_it(input: Tensor, leaves: tuple[Tensor | None, ...], backward: Dispatcher, key: ProblemKey) -> bool:
-    """Eager training whose backward problem dispatch serves with torch: then torch's whole op runs (its autograd
-    saves the statistics, where tunekit's forward followed by torch's backward would recompute them)."""
-    if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
-        return False
-    return backward.config(key) is TORCH
 
 
 # ---------------------------------------------------------------------------------------------- LayerNorm
@@ -236,8 +227,8 @@ def layer_norm(
     if grads_flow(input, weight, bias):
         n, want_db = math.prod(shape), bias is not None and bias.requires_grad
         rows = _rows_like(input, n)
-        key = _LAYERNORM_BACKWARD.spec.key_of((rows, rows, weight, True, want_db, float(eps)))
-        if _torch_trains_it(input, (weight, bias), _LAYERNORM_BACKWARD, key):
+        # torch's whole op where it trains: its autograd saves the statistics the backward would recompute
+        if torch_trains_it(_LAYERNORM_BACKWARD, (rows, rows, weight, True, want_db, float(eps)), input, weight, bias):
             return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     if torch.compiler.is_compiling():
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
@@ -333,8 +324,7 @@ def rms_norm(
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
     if grads_flow(input, weight):
         rows = _rows_like(input, math.prod(shape))
-        key = _RMSNORM_BACKWARD.spec.key_of((rows, rows, weight, True, eps_value))
-        if _torch_trains_it(input, (weight,), _RMSNORM_BACKWARD, key):
+        if torch_trains_it(_RMSNORM_BACKWARD, (rows, rows, weight, True, eps_value), input, weight):
             return F.rms_norm(input, tuple(shape), weight, eps_value)
     if torch.compiler.is_compiling():
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)

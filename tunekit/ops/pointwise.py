@@ -3,29 +3,37 @@
 All three run the `pointwise` kernel, y = act(input * scale + bias) + residual with fp32 math, on the best
 cached config for the problem. Inputs of any leading dims are viewed as [-1, N] (N the last dim); strided inputs
 are made contiguous; the result is a new contiguous tensor of input's shape and dtype. Gradients flow to input,
-bias and residual: the backward recomputes the pre-activation from the saved input and bias (fp32, torch ops).
+bias and residual: the backward recomputes the pre-activation from the saved input and bias in the
+`pointwise_backward` kernel, d input and d bias in one pass (torch custom op `tunekit::pointwise_backward`); d
+residual is the incoming gradient. Gradients of bias and input are computed only where needed. Double backward is
+not supported.
 
 Each op is a torch custom op (`torch.ops.tunekit.<name>`), so torch.compile(fullgraph=True) traces through it;
-eager calls skip the custom-op dispatch and run the implementation directly.
+eager calls skip the custom-op dispatch and run the implementation directly. Eager calls whose gradients flow
+skip it too: a torch.autograd.Function (tunekit/runtime/eager_autograd.py) runs the same forward, setup and
+backward formula. Where dispatch serves torch for the backward problem (by default, a problem untuned on a GPU),
+eager training runs torch's own chain and autograd, as without tunekit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
-from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
+from tunekit.ops._launch import dispatch_launch, torch_trains_it
 from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)
-_POINTWISE_ON_GPU = backend.torch_device().type == "cuda"
+_POINTWISE_BACKWARD = dispatcher("pointwise_backward", torch_fallback=True)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -106,9 +114,23 @@ def _gelu_activation(approximate: str) -> str:
     return activation
 
 
-@torch.library.custom_op("tunekit::gelu", mutates_args=())
-def _gelu_op(input: torch.Tensor, approximate: str) -> torch.Tensor:
+def _gelu(input: torch.Tensor, approximate: str) -> torch.Tensor:
     return _pointwise(input, None, None, _gelu_activation(approximate), 1.0)
+
+
+def _bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
+    return _pointwise(input, bias, None, activation, scale)
+
+
+def _bias_act_residual(
+    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
+) -> torch.Tensor:
+    return _pointwise(input, bias, residual, activation, scale)
+
+
+_gelu_op = torch.library.custom_op("tunekit::gelu", _gelu, mutates_args=())
+_bias_act_op = torch.library.custom_op("tunekit::bias_act", _bias_act, mutates_args=())
+_bias_act_residual_op = torch.library.custom_op("tunekit::bias_act_residual", _bias_act_residual, mutates_args=())
 
 
 @_gelu_op.register_fake
@@ -116,21 +138,9 @@ def _gelu_fake(input: torch.Tensor, approximate: str) -> torch.Tensor:
     return _fake(input, None, None, _gelu_activation(approximate), 1.0)
 
 
-@torch.library.custom_op("tunekit::bias_act", mutates_args=())
-def _bias_act_op(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
-    return _pointwise(input, bias, None, activation, scale)
-
-
 @_bias_act_op.register_fake
 def _bias_act_fake(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
     return _fake(input, bias, None, activation, scale)
-
-
-@torch.library.custom_op("tunekit::bias_act_residual", mutates_args=())
-def _bias_act_residual_op(
-    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
-) -> torch.Tensor:
-    return _pointwise(input, bias, residual, activation, scale)
 
 
 @_bias_act_residual_op.register_fake
@@ -144,8 +154,13 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_TANH_C = 0.044715
 
 
-def activation_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
-    """d act(z) / dz, elementwise in fp32, for every activation the pointwise and GEMM epilogues apply."""
+def activation_grad(z: torch.Tensor, activation: str, grad: torch.Tensor | None = None) -> torch.Tensor:
+    """d act(z) / dz, elementwise in fp32, for every activation the pointwise and GEMM epilogues apply. Given the
+    upstream `grad`: grad * d act(z) / dz as torch's backward computes it, which for relu is torch's
+    threshold_backward, grad where z > 0 or z is NaN and 0 elsewhere, even where grad is NaN or inf (a product
+    would give NaN there); the pointwise_backward kernel computes the same."""
+    if grad is not None:
+        return torch.where(z <= 0, 0.0, grad) if activation == "relu" else grad * activation_grad(z, activation)
     if activation == "none":
         return torch.ones_like(z)
     if activation == "relu":
@@ -166,68 +181,118 @@ def activation_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
     raise InvalidInputError(f"activation must be one of {list(ACTIVATIONS)}, but got {activation!r}")
 
 
+def _grad_buffers(
+    input: torch.Tensor, bias: torch.Tensor | None, want_dbias: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward's d input, and its d bias where wanted, else an empty [0] tensor (a custom op returns no None)."""
+    dx = input.new_empty(input.shape)
+    return dx, bias.new_empty(bias.shape) if want_dbias and bias is not None else input.new_empty(0)
+
+
 def _pointwise_backward(
-    grad: torch.Tensor, input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(d input, d bias) of act(input * scale + bias)."""
-    z = input.float() * scale
-    if bias is not None:
-        z = z + bias.float()
-    dz = grad.float() * activation_grad(z, activation)
-    dbias = dz.reshape(-1, dz.shape[-1]).sum(0).to(bias.dtype) if bias is not None else None
-    return (dz * scale).to(input.dtype), dbias
+    grad: torch.Tensor, input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float, want_dbias: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d input, d bias) of act(input * scale + bias): the pointwise_backward kernel, one pass; where dispatch
+    serves torch, torch ops in fp32. d bias is an empty [0] tensor unless wanted (and a bias given)."""
+    want_db = want_dbias and bias is not None
+    dx, db = _grad_buffers(input, bias, want_db)
+    if input.numel() == 0:  # d bias is a sum over no rows
+        return dx, db.zero_()
+    x, dy = input.contiguous(), grad.contiguous()  # the kernel's operands; copies only where strided
+    b = bias.contiguous() if bias is not None else None
+    outputs = (dx, db) if want_db else (dx,)
+    if dispatch_launch(_POINTWISE_BACKWARD, (x, dy, b, want_db, activation, float(scale)), outputs):
+        return dx, db
+    # torch ops in fp32, as before the kernel existed (eager training runs torch's own chain instead)
+    z = x.float() * scale
+    if b is not None:
+        z = z + b.float()
+    dz = activation_grad(z, activation, dy.float())
+    dx.copy_(dz * scale)
+    if want_db:
+        db.copy_(dz.reshape(-1, dz.shape[-1]).sum(0))
+    return dx, db
+
+
+_pointwise_backward_op = torch.library.custom_op("tunekit::pointwise_backward", _pointwise_backward, mutates_args=())
+
+
+@_pointwise_backward_op.register_fake
+def _pointwise_backward_fake(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    _, input, bias, _, _, want_dbias = args  # the op's arguments
+    return _grad_buffers(input, bias, want_dbias)
 
 
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    """bias_act's and bias_act_residual's: (input, bias, [residual,] activation, scale)."""
     input, bias, activation, scale = inputs[0], inputs[1], inputs[-2], inputs[-1]
     ctx.save_for_backward(input, bias)
-    ctx.activation, ctx.scale = activation, scale
-
-
-def _bias_act_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    input, bias = ctx.saved_tensors
-    dinput, dbias = _pointwise_backward(grad, input, bias, ctx.activation, ctx.scale)
-    return dinput, dbias, None, None
-
-
-def _bias_act_residual_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    input, bias = ctx.saved_tensors
-    dinput, dbias = _pointwise_backward(grad, input, bias, ctx.activation, ctx.scale)
-    return dinput, dbias, grad, None, None
+    ctx.activation, ctx.scale, ctx.residual = activation, scale, len(inputs) == 5
 
 
 def _gelu_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    ctx.save_for_backward(inputs[0])
-    ctx.activation = _gelu_activation(inputs[1])
+    ctx.save_for_backward(inputs[0], None)
+    ctx.activation, ctx.scale, ctx.residual = _gelu_activation(inputs[1]), 1.0, False
 
 
-def _gelu_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    (input,) = ctx.saved_tensors
-    return _pointwise_backward(grad, input, None, ctx.activation, 1.0)[0], None
+def _pointwise_grad(backward: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[..., tuple[Any, ...]]:
+    """The three ops' backward formula, running the backward problem through `backward` (the custom op, or its
+    body): d input and d bias in one call; d residual (bias_act_residual's third argument) is grad itself."""
+
+    def grad_of(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        input, bias = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        want_db = bias is not None and need[1]
+        dx: torch.Tensor | None = None
+        db: torch.Tensor | None = None
+        if need[0] or want_db:
+            dx, db = backward(grad, input, bias, ctx.activation, float(ctx.scale), want_db)
+        d_residual = (grad if need[2] else None,) if ctx.residual else ()
+        grads = (dx if need[0] else None, db if want_db else None, *d_residual)
+        return grads + (None,) * (len(need) - len(grads))
+
+    return grad_of
 
 
-_bias_act_op.register_autograd(_bias_act_grad, setup_context=_setup)
-_bias_act_residual_op.register_autograd(_bias_act_residual_grad, setup_context=_setup)
-_gelu_op.register_autograd(_gelu_grad, setup_context=_gelu_setup)
+_grad = _pointwise_grad(torch.ops.tunekit.pointwise_backward)
+_gelu_op.register_autograd(_grad, setup_context=_gelu_setup)
+_bias_act_op.register_autograd(_grad, setup_context=_setup)
+_bias_act_residual_op.register_autograd(_grad, setup_context=_setup)
+# Eager training: autograd Functions running the same bodies and formula without the custom-op dispatcher's host
+# cost, each body through a replay plan (its calls run with grad mode off, inside the Function).
+_eager_grad = _pointwise_grad(hot_path(public=False)(_pointwise_backward))
+_GELU_EAGER = eager_function("GeluEager", hot_path(public=False)(_gelu), _gelu_setup, _eager_grad)
+_BIAS_ACT_EAGER = eager_function("BiasActEager", hot_path(public=False)(_bias_act), _setup, _eager_grad)
+_BIAS_ACT_RESIDUAL_EAGER = eager_function(
+    "BiasActResidualEager", hot_path(public=False)(_bias_act_residual), _setup, _eager_grad
+)
 
 
-def _torch_trains_it(*tensors: torch.Tensor | None) -> bool:
-    """Eager training: torch's own chain and autograd run the call (on a GPU; the interpreter keeps the kernels).
-    The registered backward recomputes in fp32 over several passes, where torch's fused backward kernels take one:
-    in eager mode it is never the faster choice. Under torch.compile the custom op and its backward are traced."""
-    return grads_flow(*tensors) and not torch.compiler.is_compiling() and _POINTWISE_ON_GPU
+def _torch_trains_it(
+    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str
+) -> bool:
+    """Eager training whose backward problem dispatch serves with torch (by default, one untuned on a GPU): then
+    torch's own chain and its autograd run the call, its fused backward kernels one pass each, where tunekit's
+    torch-served backward recomputes in fp32 over several. Under torch.compile the custom ops are traced."""
+    return torch_trains_it(_POINTWISE_BACKWARD, (input, input, bias, True, activation, 1.0), input, bias, residual)
 
 
-@hot_path(torch.nn.functional.gelu)
+def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """gelu where dispatch served TORCH, with gelu's signature (F.gelu takes approximate by keyword only)."""
+    return torch.nn.functional.gelu(input, approximate=approximate)
+
+
+@hot_path(_torch_gelu)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
-    if _torch_trains_it(input):
-        _validate(input, None, None, activation, 1.0)
-        return _torch_pointwise(input, None, None, activation, 1.0)
     if use_custom_op(input):
         _validate(input, None, None, activation, 1.0)  # one-line errors before torch checks the op's schema
-        return torch.ops.tunekit.gelu(input, approximate)
+        if _torch_trains_it(input, None, None, activation):
+            return _torch_pointwise(input, None, None, activation, 1.0)
+        if torch.compiler.is_compiling():
+            return torch.ops.tunekit.gelu(input, approximate)
+        return _GELU_EAGER.apply(input, approximate)
     return _pointwise(input, None, None, activation, 1.0)
 
 
@@ -246,12 +311,13 @@ def _torch_bias_act_residual(
 @hot_path(_torch_bias_act)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
-    if _torch_trains_it(input, bias):
-        _validate(input, bias, None, activation, scale)
-        return _torch_pointwise(input, bias, None, activation, scale)
     if use_custom_op(input, bias):
         _validate(input, bias, None, activation, scale)
-        return torch.ops.tunekit.bias_act(input, bias, activation, scale)
+        if _torch_trains_it(input, bias, None, activation):
+            return _torch_pointwise(input, bias, None, activation, scale)
+        if torch.compiler.is_compiling():
+            return torch.ops.tunekit.bias_act(input, bias, activation, scale)
+        return _BIAS_ACT_EAGER.apply(input, bias, activation, scale)
     return _pointwise(input, bias, None, activation, scale)
 
 
@@ -267,10 +333,11 @@ def bias_act_residual(
     """act(input * scale + bias) + residual: residual of input's shape and dtype, added after the activation."""
     if residual is None:
         raise InvalidInputError("residual must be a tensor of input's shape, but got None (use bias_act)")
-    if _torch_trains_it(input, bias, residual):
-        _validate(input, bias, residual, activation, scale)
-        return _torch_pointwise(input, bias, residual, activation, scale)
     if use_custom_op(input, bias, residual):
         _validate(input, bias, residual, activation, scale)
-        return torch.ops.tunekit.bias_act_residual(input, bias, residual, activation, scale)
+        if _torch_trains_it(input, bias, residual, activation):
+            return _torch_pointwise(input, bias, residual, activation, scale)
+        if torch.compiler.is_compiling():
+            return torch.ops.tunekit.bias_act_residual(input, bias, residual, activation, scale)
+        return _BIAS_ACT_RESIDUAL_EAGER.apply(input, bias, residual, activation, scale)
     return _pointwise(input, bias, residual, activation, scale)
