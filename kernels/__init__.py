@@ -2,8 +2,10 @@
 (`SPEC = KernelSpec.of_module(...)`), which the registry (tunekit/registry.py) names.
 
 - common.py: the host helpers every kernel and space shares (powers of two, warps, element sizes, alignment, ...);
+- tolerances.py: what the declarations' tolerances share (how far a rounded fp16/bf16 result may lie);
 - layernorm.py, rmsnorm.py, softmax.py: row forward kernels; row_window.py: their aligned-window jit helpers;
-- layernorm_backward.py, rmsnorm_backward.py: the norm backwards (one set of jit kernels, IS_RMS);
+- layernorm_backward.py, rmsnorm_backward.py: the norm backwards (one set of jit kernels, IS_RMS); the four norms
+  declare themselves through layernorm.norm_spec (their problem's fields and CLI shape);
 - reduction.py, pointwise.py: sum/mean/max, and the fused elementwise chain;
 - gemm/: the fused-epilogue GEMM (jit kernels by variant family, host launch, problems, model, declaration);
 - rows_model.py, reduction_model.py, pointwise_model.py (and gemm/model.py): each family's tile geometry for the

@@ -15,7 +15,8 @@ import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ from tunekit.kernels.common import (
 )
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.kernels.rows_model import forward_model, norm_params
+from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.layernorm import SPACE
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
 
@@ -250,6 +252,14 @@ def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
 ROWS_USAGE = "a 2-D shape MxN (e.g. 4096x1024)"  # the norms' CLI shapes
 
 
+def norm_spec(module: str, **declared: Any) -> KernelSpec:
+    """The spec of a LayerNorm or RMSNorm kernel module, forward or backward (KernelSpec.of_module; `declared` holds
+    the rest). Its problems are those its problem_from_shape parses from an MxN shape, and the spec's problem fields
+    theirs: rows, cols, dtype, weight and, for LayerNorm, bias."""
+    fields = tuple(vars(sys.modules[module])["problem_from_shape"]((1, 1), "float32"))
+    return KernelSpec.of_module(module, problem_fields=fields, shape_help="MxN, e.g. 4096x1024", **declared)
+
+
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
     check_shape("layernorm", shape, dtype, ROWS_USAGE, (2,))
     m, n = shape
@@ -333,23 +343,16 @@ def bytes_moved(problem: Problem) -> int:
 flops = row_flops(8)
 
 
-# fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4 and both sides
-# round to the output dtype, so they may differ by one ulp: 2**-9 (fp16) or 2**-6 (bf16) near 2..4.
-TOLERANCES = {
-    "float32": Tolerance(atol=1e-4, rtol=1e-4),
-    "float16": Tolerance(atol=1e-2, rtol=1e-2),
-    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
-}
+# fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4.
+TOLERANCES = {"float32": Tolerance(atol=1e-4, rtol=1e-4), **ONE_ULP_UP_TO_4}
 
-SPEC = KernelSpec.of_module(
+SPEC = norm_spec(
     __name__,
     name="layernorm",
     description="LayerNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight/bias)",
     space=SPACE,
-    problem_fields=("rows", "cols", "dtype", "weight", "bias"),
     tolerances=TOLERANCES,
     version=1,
-    shape_help="MxN, e.g. 4096x1024",
     # Arithmetic per element ~10 fp32 operations; looped reads x twice; the weight and bias vectors.
     model=forward_model(ops=10, looped_reads={"looped": 2}, params=norm_params),
 )

@@ -47,7 +47,7 @@ import triton.language as tl
 
 from tunekit.core.device import fingerprint
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
@@ -58,9 +58,10 @@ from tunekit.kernels.common import (
     row_flops,
     warps_for,
 )
-from tunekit.kernels.layernorm import ROWS_USAGE
+from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
 from tunekit.kernels.rmsnorm import GPU_SHAPES
 from tunekit.kernels.rows_model import backward_model, norm_params
+from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.layernorm_backward import MAX_BLOCK_N, SPACE, persistent_programs
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n
 
@@ -479,21 +480,15 @@ flops = row_flops(12)
 
 
 # fp32: dweight sums `rows` products whose order differs from torch's; an error of ~1e-5 on sums of O(sqrt(rows))
-# is expected. fp16/bf16: both sides round to the output dtype and may differ by one ulp (as the forward).
-TOLERANCES = {
-    "float32": Tolerance(atol=1e-3, rtol=1e-4),
-    "float16": Tolerance(atol=1e-2, rtol=1e-2),
-    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
-}
+# is expected. fp16/bf16: as the forward.
+TOLERANCES = {"float32": Tolerance(atol=1e-3, rtol=1e-4), **ONE_ULP_UP_TO_4}
 
-SPEC = KernelSpec.of_module(
+SPEC = norm_spec(
     __name__,
     name="layernorm_backward",
     description="LayerNorm backward over the last dim of a 2-D tensor: dx, dweight, dbias (stats recomputed)",
     space=SPACE,
-    problem_fields=("rows", "cols", "dtype", "weight", "bias"),
     tolerances=TOLERANCES,
     version=3,
-    shape_help="MxN, e.g. 4096x1024",
     model=backward_model(partials=norm_params),  # dweight and dbias
 )

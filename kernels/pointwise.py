@@ -49,6 +49,7 @@ from tunekit.kernels.common import (
     warps_for,
 )
 from tunekit.kernels.pointwise_model import MODEL
+from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.pointwise import MIN_BLOCK, SPACE, problem_rows
 
 if TYPE_CHECKING:
@@ -350,14 +351,9 @@ SPEC = KernelSpec.of_module(
     description="Fused y = act(x * scale + bias) + residual in one pass (relu, gelu, gelu_tanh, silu, ...)",
     space=SPACE,
     problem_fields=("numel", "cols", "aligned16", "dtype", "activation", "has_bias", "has_residual"),
-    # Both sides round a value to the output dtype once; near a rounding boundary they may land one ulp apart:
-    # 2**-10 relative for fp16, 2**-7 for bf16. fp32: exp and erf differ from float64 by a few ulp, and
-    # 1 + erf(v) cancels in gelu's negative tail (abs error ~1e-7 * |v|).
-    tolerances={
-        "float32": Tolerance(atol=1e-5, rtol=1e-5),
-        "float16": Tolerance(atol=1e-3, rtol=2e-3),
-        "bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2),
-    },
+    # fp16/bf16: both sides round a value to the output dtype once. fp32: exp and erf differ from float64 by a
+    # few ulp, and 1 + erf(v) cancels in gelu's negative tail (abs error ~1e-7 * |v|).
+    tolerances=rounded_once(Tolerance(atol=1e-5, rtol=1e-5), float16_atol=1e-3, bfloat16_atol=1e-2),
     version=1,
     model=MODEL,
     shape_help=(

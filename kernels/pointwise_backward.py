@@ -76,6 +76,7 @@ from tunekit.kernels.pointwise import GELU_TANH_K, GELU_TANH_K3, SQRT_HALF, poin
 from tunekit.kernels.pointwise import heuristic as pointwise_heuristic
 from tunekit.kernels.pointwise_model import ACTIVATION_OPS
 from tunekit.kernels.rows_model import BACKWARD_REGISTERS_PER_ELEMENT, WORKSPACE_SMS, row_size_classes
+from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.layernorm_backward import MAX_BLOCK_N, MAX_PROGRAMS_PER_SM, launch_sms
 from tunekit.search_spaces.pointwise_backward import SPACE, row_programs
 from tunekit.search_spaces.rows import single_block_n
@@ -388,13 +389,8 @@ def backward_geometry(config: Config, problem: Problem, warp_size: int) -> Geome
 
 
 # fp32: act' in fp32 against float64 is a few ulp; d_bias sums `rows` terms in another order than float64 (~1e-6
-# relative of Σ|dz|). fp16/bf16: both sides round to the output dtype once and may land one ulp apart (2**-10
-# relative for fp16, 2**-7 for bf16), as the forward.
-TOLERANCES = {
-    "float32": Tolerance(atol=1e-4, rtol=1e-4),
-    "float16": Tolerance(atol=1e-3, rtol=2e-3),
-    "bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2),
-}
+# relative of Σ|dz|). fp16/bf16: both sides round to the output dtype once, as the forward.
+TOLERANCES = rounded_once(Tolerance(atol=1e-4, rtol=1e-4), float16_atol=1e-3, bfloat16_atol=1e-2)
 
 SPEC = KernelSpec.of_module(
     __name__,

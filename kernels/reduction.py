@@ -33,6 +33,7 @@ from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, prev_pow2, warps_for
 from tunekit.kernels.reduction_model import MODEL
+from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.reduction import MAX_BLOCK_N, MAX_INNER_CHUNKS, MAX_SPLIT, MIN_OUTER_BLOCK_N, SPACE
 
 if TYPE_CHECKING:
@@ -395,14 +396,10 @@ SPEC = KernelSpec.of_module(
     space=SPACE,
     problem_fields=("op", "axis", "batch", "rows", "cols", "dtype"),
     # Max values are exact. Sums and means differ from the fp64 reference by fp32 accumulation (~1e-7 relative
-    # per element, a few 1e-6 over 16Ki terms) and, for fp16/bf16, by one rounding of the result: one ulp is
-    # 2**-10 (fp16) or 2**-7 (bf16) relative. Inputs have mean 0.5, so sums are far from cancelling to zero.
-    # Max indices (float64 in the spec) are compared with the float32 entry: exact below 10**5 (atol + rtol*index<1).
-    tolerances={
-        "float32": Tolerance(atol=1e-4, rtol=1e-5),
-        "float16": Tolerance(atol=1e-3, rtol=2e-3),
-        "bfloat16": Tolerance(atol=8e-3, rtol=1.6e-2),
-    },
+    # per element, a few 1e-6 over 16Ki terms) and, for fp16/bf16, by one rounding of the result. Inputs have
+    # mean 0.5, so sums are far from cancelling to zero. Max indices (float64 in the spec) are compared with the
+    # float32 entry: exact below 10**5 (atol + rtol*index<1).
+    tolerances=rounded_once(Tolerance(atol=1e-4, rtol=1e-5), float16_atol=1e-3, bfloat16_atol=8e-3),
     version=1,
     shape_help="MxN: sum over the last dim; BxMxN: sum over the middle dim M (B=1: dim 0 of a 2-D tensor)",
     model=MODEL,

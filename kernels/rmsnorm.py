@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
@@ -32,7 +32,7 @@ from tunekit.kernels.common import (
     row_flops,
     vector_elements,
 )
-from tunekit.kernels.layernorm import ROWS_USAGE, TOLERANCES
+from tunekit.kernels.layernorm import ROWS_USAGE, TOLERANCES, norm_spec
 from tunekit.kernels.layernorm import heuristic as heuristic  # the spec's: the same space, the same traffic
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.kernels.rows_model import forward_model, norm_params
@@ -219,16 +219,14 @@ def bytes_moved(problem: Problem) -> int:
 flops = row_flops(4)
 
 
-SPEC = KernelSpec.of_module(
+SPEC = norm_spec(
     __name__,
     name="rmsnorm",
     description="RMSNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight)",
     space=SPACE,
-    problem_fields=("rows", "cols", "dtype", "weight"),
     # The LayerNorm forward's: fp32 differs from torch by ~1e-6 relative; fp16/bf16 outputs by one ulp at most.
     tolerances=TOLERANCES,
     version=1,
-    shape_help="MxN, e.g. 4096x1024",
     # ~7 fp32 operations per element; looped reads x twice; the weight vector. The heuristic is LayerNorm's.
     model=forward_model(ops=7, looped_reads={"looped": 2}, params=norm_params),
 )

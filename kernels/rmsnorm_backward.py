@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, Inputs, KernelSpec, Outputs, ProblemKey, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, Inputs, Outputs, ProblemKey, row_bucket
 from tunekit.kernels import layernorm_backward as ln_backward
 from tunekit.kernels.common import check_shape, problems_from_shapes, row_flops
-from tunekit.kernels.layernorm import ROWS_USAGE
+from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
 from tunekit.kernels.layernorm_backward import INTERPRETER_SHAPES, TOLERANCES, autograd_baseline, launch_backward
 from tunekit.kernels.layernorm_backward import bytes_moved as bytes_moved  # the spec's, as heuristic below
 from tunekit.kernels.layernorm_backward import heuristic as heuristic
 from tunekit.kernels.rmsnorm import GPU_SHAPES
-from tunekit.kernels.rows_model import backward_model
+from tunekit.kernels.rows_model import backward_model, norm_params
 from tunekit.search_spaces.rmsnorm_backward import SPACE
 
 if TYPE_CHECKING:
@@ -102,14 +102,12 @@ def default_problems(device: DeviceFingerprint) -> list[Problem]:
 flops = row_flops(9)
 
 
-SPEC = KernelSpec.of_module(
+SPEC = norm_spec(
     __name__,
     name="rmsnorm_backward",
     description="RMSNorm backward over the last dim of a 2-D tensor: dx, dweight (rstd recomputed)",
     space=SPACE,
-    problem_fields=("rows", "cols", "dtype", "weight"),
     tolerances=TOLERANCES,
     version=3,
-    shape_help="MxN, e.g. 4096x1024",
-    model=backward_model(partials=lambda problem: int(bool(problem.get("weight", False)))),  # dweight only
+    model=backward_model(partials=norm_params),  # dweight only: RMSNorm has no bias
 )
