@@ -17,6 +17,7 @@ from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPES
 
 THREADS_PER_WARP = 32
+FP32_BYTES = 4  # what the kernels accumulate in, and their workspaces hold
 VECTOR_BYTES = 16  # the widest global load or store one thread issues; also TMA's alignment unit
 # The largest alignment (in elements) the kernels' DIV / ALIGN hints claim: Triton itself only specialises integer
 # arguments on divisibility by 16, and 16-byte vectors need no more than 8 elements of a 2-byte type.

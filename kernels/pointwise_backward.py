@@ -49,10 +49,11 @@ import triton
 import triton.language as tl
 
 from tunekit.core.device import fingerprint
-from tunekit.core.geometry import FP32_BYTES, Geometry, KernelModel, TileDim, estimate_registers
+from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
+    FP32_BYTES,
     INT32_LIMIT,
     cdiv,
     check_shape,

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from tunekit.core.geometry import (
-    FP32_BYTES,
-    Geometry,
-    KernelModel,
-    TileDim,
-    estimate_registers,
-    space_values,
-    tile_counts,
-)
+from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
 from tunekit.core.space import Config, Problem, SearchSpace
-from tunekit.kernels.common import cdiv, element_bytes, next_pow2, pow2_divisor
+from tunekit.kernels.common import FP32_BYTES, cdiv, element_bytes, next_pow2, pow2_divisor
 
 OPS = {"sum": 1, "mean": 1, "max": 2}  # fp32 operations per element
 REGISTERS_PER_ELEMENT = 2  # the accumulator and the loaded value (max: plus an index)

@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tunekit.core.geometry import (
-    FP32_BYTES,
-    Geometry,
-    KernelModel,
-    TileDim,
-    estimate_registers,
-    space_values,
-    tile_counts,
-)
+from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
 from tunekit.core.space import Config, Problem, SearchSpace
-from tunekit.kernels.common import cdiv, element_bytes, next_pow2, pow2_divisor
+from tunekit.kernels.common import FP32_BYTES, cdiv, element_bytes, next_pow2, pow2_divisor
 from tunekit.search_spaces.rows import HOLDS_ROWS
 
 # Registers per element of a program's register tile (each element also needs its fp32 temporaries).

@@ -3,17 +3,9 @@ as kernels/gemm/host.py launches it."""
 
 from __future__ import annotations
 
-from tunekit.core.geometry import (
-    FP32_BYTES,
-    Geometry,
-    KernelModel,
-    TileDim,
-    estimate_registers,
-    space_values,
-    tile_counts,
-)
+from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers, space_values, tile_counts
 from tunekit.core.space import Config, Problem, SearchSpace
-from tunekit.kernels.common import VECTOR_BYTES, cdiv, element_bytes, next_pow2, pow2_divisor
+from tunekit.kernels.common import FP32_BYTES, VECTOR_BYTES, cdiv, element_bytes, next_pow2, pow2_divisor
 
 # GEMM operand fragments: tensor-core instructions take k-slices 16 deep (mma.m16n8k16 / wgmma k16 for 2-byte
 # types); we count one slice of A and of B, double-buffered, spread over the threads.

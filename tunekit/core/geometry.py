@@ -24,7 +24,6 @@ from tunekit.core.space import Config, Problem, SearchSpace
 
 Math = Literal["tensor", "tf32", "alu"]
 
-FP32_BYTES = 4
 # Addresses, offsets, masks and loop state: what a Triton program holds besides its tiles (ptxas reports 20-40
 # registers for the kernels here with the smallest tiles).
 BASE_REGISTERS = 24
