@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
-from tunekit.kernels.common import cdiv, next_pow2, threads
+from tunekit.kernels.common import cdiv, next_pow2
+from tunekit.search_spaces.common import at_least_one_element_per_thread, at_most_elements_per_thread
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
@@ -44,12 +45,9 @@ def problem_rows(problem: Problem) -> int:
     return 1 if cols <= 0 else max(1, cdiv(int(problem["numel"]), cols))
 
 
-def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["BLOCK"]) >= threads(config)
-
-
-def _few_elements_per_thread(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return int(config["BLOCK"]) <= MAX_ELEMENTS_PER_THREAD * threads(config)
+def _block(config: Config) -> int:
+    """Elements of a program's tile: BLOCK, flat or as [BLOCK // BLOCK_N, BLOCK_N] rows."""
+    return int(config["BLOCK"])
 
 
 def _block_within_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
@@ -89,14 +87,13 @@ SPACE = SearchSpace(
         Choice("num_stages", (1,)),
     ),
     rules=(
-        Rule(
-            "at_least_one_element_per_thread",
-            _every_thread_busy,
-            why="BLOCK >= 32*num_warps, else whole warps hold only masked-off lanes",
+        # BLOCK >= MIN_BLOCK = 4 warps' worth: the rule's one-warp allowance never applies here.
+        at_least_one_element_per_thread(
+            _block, why="BLOCK >= 32*num_warps, else whole warps hold only masked-off lanes"
         ),
-        Rule(
-            "at_most_64_elements_per_thread",
-            _few_elements_per_thread,
+        at_most_elements_per_thread(
+            MAX_ELEMENTS_PER_THREAD,
+            _block,
             why="BLOCK/(32*num_warps) <= 64: x, residual and the fp32 temporaries must stay in registers",
         ),
         Rule(

@@ -22,7 +22,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tunekit.core.space import Choice, Config, PowerOfTwo, Problem, Rule, SearchSpace
-from tunekit.kernels.common import cdiv, element_bytes, next_pow2, threads
+from tunekit.kernels.common import cdiv, next_pow2
+from tunekit.search_spaces.common import (
+    at_least_one_element_per_thread,
+    at_most_elements_per_thread,
+    stages_fit_shared_memory,
+    tile_at_most_elements,
+)
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
@@ -82,18 +88,6 @@ def _outer_coalesced(config: Config, problem: Problem, device: DeviceFingerprint
     return int(config["BLOCK_N"]) >= min(next_pow2(int(problem["cols"])), MIN_OUTER_BLOCK_N)
 
 
-def _tile_fits(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) <= MAX_TILE
-
-
-def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) >= threads(config) or config["num_warps"] == 1
-
-
-def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return _tile(config) <= MAX_ELEMENTS_PER_THREAD * threads(config)
-
-
 def loops(config: Config, problem: Problem) -> bool:
     """Whether a program walks more than one chunk (only then is there a loop to pipeline)."""
     if _is_inner(config):
@@ -103,13 +97,6 @@ def loops(config: Config, problem: Problem) -> bool:
 
 def _stages_need_loop(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return config["num_stages"] == 1 or loops(config, problem)
-
-
-def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    if config["num_stages"] == 1 or device.smem_per_block == 0:  # the interpreter has no shared memory limit
-        return True
-    staged = (int(config["num_stages"]) - 1) * _tile(config) * element_bytes(str(problem["dtype"]))
-    return staged <= device.smem_per_block
 
 
 SPACE = SearchSpace(
@@ -148,22 +135,16 @@ SPACE = SearchSpace(
             _outer_coalesced,
             why="outer loads rows of BLOCK_N contiguous columns: fewer than 16 wastes memory sectors",
         ),
-        Rule("tile_at_most_16384_elements", _tile_fits, why="BLOCK_M*BLOCK_N fp32 accumulators live in registers"),
-        Rule(
-            "at_least_one_element_per_thread",
-            _every_thread_busy,
-            why="BLOCK_M*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny tiles)",
+        tile_at_most_elements(MAX_TILE, _tile, why="BLOCK_M*BLOCK_N fp32 accumulators live in registers"),
+        at_least_one_element_per_thread(
+            _tile, why="BLOCK_M*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny tiles)"
         ),
-        Rule(
-            "at_most_64_elements_per_thread",
-            _no_spill,
+        at_most_elements_per_thread(
+            MAX_ELEMENTS_PER_THREAD,
+            _tile,
             why="an accumulator, an index (max) and a loaded value per element: beyond 64 per thread it spills",
         ),
         Rule("stages_need_a_loop", _stages_need_loop, why="a single chunk has no loop to pipeline"),
-        Rule(
-            "pipeline_stages_fit_shared_memory",
-            _stages_fit_smem,
-            why="each extra stage buffers one BLOCK_M x BLOCK_N chunk in shared memory",
-        ),
+        stages_fit_shared_memory(_tile, why="each extra stage buffers one BLOCK_M x BLOCK_N chunk in shared memory"),
     ),
 )

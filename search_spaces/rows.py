@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tunekit.core.space import Choice, Config, PowerOfTwo, Predicate, Problem, Rule, SearchSpace
-from tunekit.kernels.common import VECTOR_BYTES, element_bytes, next_pow2, threads, vector_elements
+from tunekit.kernels.common import VECTOR_BYTES, element_bytes, next_pow2, vector_elements
+from tunekit.search_spaces.common import (
+    at_least_one_element_per_thread,
+    stages_fit_shared_memory,
+    tile_at_most_elements,
+)
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
@@ -46,6 +51,11 @@ def tile(config: Config) -> int:
     return int(config["ROWS"]) * int(config["BLOCK_N"])
 
 
+def _chunk(config: Config) -> int:
+    """Elements of a looped program's chunk of a row: what one pipeline stage buffers."""
+    return int(config["BLOCK_N"])
+
+
 def single_covers_row(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     if config["variant"] == "window":
         return config["BLOCK_N"] == window_block_n(int(problem["cols"]), str(problem["dtype"]))
@@ -78,23 +88,8 @@ def _single_one_stage(config: Config, problem: Problem, device: DeviceFingerprin
     return not holds_rows(config) or config["num_stages"] == 1
 
 
-def _tile_fits_registers(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return tile(config) <= MAX_BLOCK_ELEMENTS
-
-
-def _every_thread_busy(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return tile(config) >= threads(config) or config["num_warps"] == 1
-
-
 def _rows_fit_problem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
     return int(config["ROWS"]) <= int(problem["rows"])
-
-
-def _stages_fit_smem(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    if config["num_stages"] == 1 or device.smem_per_block == 0:  # the interpreter has no shared memory limit
-        return True
-    staged = (int(config["num_stages"]) - 1) * int(config["BLOCK_N"]) * element_bytes(str(problem["dtype"]))
-    return staged <= device.smem_per_block
 
 
 SINGLE_BLOCK_COVERS_ROW = Rule(
@@ -113,23 +108,19 @@ SINGLE_ONE_STAGE = Rule(
     _single_one_stage,
     why="single has no loop to pipeline: other num_stages values compile to the same kernel",
 )
-TILE_AT_MOST_65536_ELEMENTS = Rule(
-    "tile_at_most_65536_elements",
-    _tile_fits_registers,
+TILE_AT_MOST_65536_ELEMENTS = tile_at_most_elements(
+    MAX_BLOCK_ELEMENTS,
+    tile,
     why="ROWS*BLOCK_N values live in registers; beyond 64Ki elements a program cannot hold them",
 )
-AT_LEAST_ONE_ELEMENT_PER_THREAD = Rule(
-    "at_least_one_element_per_thread",
-    _every_thread_busy,
-    why="ROWS*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny rows)",
+AT_LEAST_ONE_ELEMENT_PER_THREAD = at_least_one_element_per_thread(
+    tile, why="ROWS*BLOCK_N >= 32*num_warps, else whole warps idle (one warp is allowed for tiny rows)"
 )
 ROWS_WITHIN_PROBLEM = Rule(
     "rows_per_program_within_problem", _rows_fit_problem, why="ROWS > rows only adds masked-off rows"
 )
-STAGES_FIT_SHARED_MEMORY = Rule(
-    "pipeline_stages_fit_shared_memory",
-    _stages_fit_smem,
-    why="each extra stage buffers one BLOCK_N chunk in shared memory",
+STAGES_FIT_SHARED_MEMORY = stages_fit_shared_memory(
+    _chunk, why="each extra stage buffers one BLOCK_N chunk in shared memory"
 )
 LOOPED_ONE_ROW_PER_PROGRAM = Rule(
     "looped_one_row_per_program",

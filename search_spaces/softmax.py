@@ -15,10 +15,8 @@ The problem is a mapping with keys rows (a power-of-two bucket), cols (exact: al
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from tunekit.core.space import Config, Problem, Rule
-from tunekit.kernels.common import threads
+from tunekit.core.space import Rule
+from tunekit.search_spaces.common import at_most_elements_per_thread
 from tunekit.search_spaces.rows import (
     LOOPED_ONE_ROW_PER_PROGRAM,
     MAX_BLOCK_ELEMENTS,
@@ -28,15 +26,7 @@ from tunekit.search_spaces.rows import (
     tile,
 )
 
-if TYPE_CHECKING:
-    from tunekit.core.device import DeviceFingerprint
-
 MAX_ELEMENTS_PER_THREAD = 64
-
-
-def _no_spill(config: Config, problem: Problem, device: DeviceFingerprint) -> bool:
-    return tile(config) <= MAX_ELEMENTS_PER_THREAD * threads(config)
-
 
 SPACE = forward_space(
     ("single", "online", "looped", "window"),
@@ -49,9 +39,9 @@ SPACE = forward_space(
             why="many small chunks are latency-bound; the widest block is allowed for rows beyond 16 chunks",
         ),
     ),
-    spill=Rule(
-        "at_most_64_elements_per_thread",
-        _no_spill,
+    spill=at_most_elements_per_thread(
+        MAX_ELEMENTS_PER_THREAD,
+        tile,
         why="x and its exponential per element: beyond 64 fp32 values per thread the registers spill",
     ),
 )
