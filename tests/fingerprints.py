@@ -27,13 +27,14 @@ A10 = gpu("nvidia", "NVIDIA A10", "8.6", 72, 101376, 6291456, "12.4")
 MI300 = gpu("amd", "AMD Instinct MI300X", "9.4", 304, 65536, 4194304, "6.2")  # AMD reports gfx942 as 9.4: no TMA
 INTERPRETER = _interpreter_fingerprint()
 
-# The H200's occupancy limits as tunekit.core.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/).
+# The H200's occupancy limits as tunekit.core.device_limits reads them (recorded in cache/timings/h200-sm90-132sm/):
+# its fingerprint's SMs, registers and shared memory per block, and what sm_90 allows per SM.
 H200_LIMITS = DeviceLimits(
-    sm_count=132,
+    sm_count=H200.sm_count,
     warp_size=32,
     max_threads_per_sm=2048,
     max_blocks_per_sm=32,
-    regs_per_sm=65536,
+    regs_per_sm=H200.regs_per_sm,
     smem_per_sm=233472,
-    smem_per_block=232448,
+    smem_per_block=H200.smem_per_block,
 )

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from fingerprints import H200
-from kernel_checks import assert_heuristic_valid
+from kernel_checks import assert_heuristic_valid_on_grid
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
@@ -143,10 +143,7 @@ SWEEP_ROWS = [1 << e for e in range(17)]
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.name)
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_heuristic_is_valid_for_every_problem(dtype: str, device) -> None:
-    for rows in SWEEP_ROWS:
-        for cols in SWEEP_COLS:
-            problem = {"rows": rows, "cols": cols, "dtype": dtype, "weight": True, "bias": False}
-            assert_heuristic_valid(ln.SPEC, problem, device)
+    assert_heuristic_valid_on_grid(ln.SPEC, device, SWEEP_ROWS, SWEEP_COLS, dtype=dtype, weight=True, bias=False)
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.name)

@@ -14,24 +14,28 @@ from tunekit.runtime.patching import patch, unpatch
 transformers = pytest.importorskip("transformers")  # in the dev extra: CI installs it, so this never skips there
 
 
+# One tiny shape for both families: 64 wide, 2 layers of 4 heads, a vocabulary of 128 tokens (the ids the test draws).
+WIDTH, LAYERS, HEADS, VOCAB = 64, 2, 4, 128
+
+
 def _llama():
     config = transformers.LlamaConfig(
-        hidden_size=64,
+        hidden_size=WIDTH,
         intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
         num_key_value_heads=2,
-        vocab_size=128,
+        vocab_size=VOCAB,
     )
     return transformers.LlamaForCausalLM(config)
 
 
 def _gpt2():
     config = transformers.GPT2Config(
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        vocab_size=128,
+        n_embd=WIDTH,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        vocab_size=VOCAB,
         n_positions=32,
         bos_token_id=0,
         eos_token_id=0,
@@ -61,7 +65,7 @@ def test_patched_model_matches_and_unpatch_restores(name):
     torch.manual_seed(0)
     model = MODELS[name]().eval()
     reference = copy.deepcopy(model)
-    ids = torch.randint(0, 128, (2, 9))
+    ids = torch.randint(0, VOCAB, (2, 9))
     with torch.no_grad():
         expected = reference(ids).logits
     report = patch(model)

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fingerprints import H200
-from kernel_checks import assert_heuristic_valid
+from kernel_checks import assert_heuristic_valid_on_grid
 
 import tunekit.ops.normalization as norm_ops
 from tunekit.core.device import fingerprint
@@ -168,10 +168,8 @@ SWEEP_ROWS = [1 << e for e in range(22)]
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: d.name)
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_heuristics_are_valid_for_every_problem(spec, device, dtype: str) -> None:
-    for rows in SWEEP_ROWS:
-        for cols in SWEEP_COLS:
-            for weight in (True, False):
-                assert_heuristic_valid(spec, {"rows": rows, "cols": cols, "dtype": dtype, "weight": weight}, device)
+    for weight in (True, False):
+        assert_heuristic_valid_on_grid(spec, device, SWEEP_ROWS, SWEEP_COLS, dtype=dtype, weight=weight)
 
 
 @BOTH_KERNELS
