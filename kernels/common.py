@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,9 @@ import torch.nn.functional as F
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPES
+
+if TYPE_CHECKING:
+    from tunekit.core.device import DeviceFingerprint
 
 THREADS_PER_WARP = 32
 FP32_BYTES = 4  # what the kernels accumulate in, and their workspaces hold
@@ -78,16 +82,19 @@ def check_shape(
 
 
 def problems_from_shapes(
-    interpreted: bool,
     parse: Callable[[tuple[int, ...], str], Problem],
     interpreter_shapes: Sequence[tuple[int, ...]],
     gpu_shapes: Sequence[tuple[tuple[int, ...], str]],
-) -> list[Problem]:
-    """A kernel's default problems: fp32 `interpreter_shapes` in the interpreter (it runs every program in Python:
-    the set stays small enough to tune in seconds), `gpu_shapes` with their dtypes on a GPU."""
-    if interpreted:
-        return [parse(shape, "float32") for shape in interpreter_shapes]
-    return [parse(shape, dtype) for shape, dtype in gpu_shapes]
+) -> Callable[[DeviceFingerprint], list[Problem]]:
+    """A kernel's `default_problems`: fp32 `interpreter_shapes` in the interpreter (it runs every program in
+    Python: the set stays small enough to tune in seconds), `gpu_shapes` with their dtypes on a GPU."""
+
+    def default_problems(device: DeviceFingerprint) -> list[Problem]:
+        if device.is_interpreter:
+            return [parse(shape, "float32") for shape in interpreter_shapes]
+        return [parse(shape, dtype) for shape, dtype in gpu_shapes]
+
+    return default_problems
 
 
 def row_flops(per_element: int) -> Callable[[Problem], int]:

@@ -290,8 +290,7 @@ _GPU_SHAPES = tuple(
 )
 
 
-def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    return problems_from_shapes(device.is_interpreter, problem_from_shape, _INTERPRETER_SHAPES, _GPU_SHAPES)
+default_problems = problems_from_shapes(problem_from_shape, _INTERPRETER_SHAPES, _GPU_SHAPES)
 
 
 # Heuristic constants, from exhaustive sweeps of this space on an H200 (17 shapes, fp16 mostly): two rows per

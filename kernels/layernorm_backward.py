@@ -426,8 +426,7 @@ def key_of(inputs: Inputs) -> ProblemKey:
 INTERPRETER_SHAPES = ((16, 256), (8, 1000), (4, 2049))
 
 
-def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
+default_problems = problems_from_shapes(problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
 # Heuristic constants, from a sweep of this kernel on an H200 (bf16, LayerNorm and RMSNorm, N 1535-8192: ROWS 1-4 x
@@ -483,12 +482,19 @@ flops = row_flops(12)
 # is expected. fp16/bf16: as the forward.
 TOLERANCES = {"float32": Tolerance(atol=1e-3, rtol=1e-4), **ONE_ULP_UP_TO_4}
 
+# What LayerNorm's and RMSNorm's backward declare alike: they run launch_backward (so share its version), with one
+# space (search_spaces/rmsnorm_backward.py is this one), heuristic and tolerance table; the model's partials are
+# the weight vectors (dweight, and dbias for LayerNorm).
+SHARED_DECLARATION = {
+    "space": SPACE,
+    "tolerances": TOLERANCES,
+    "version": 3,
+    "model": backward_model(partials=norm_params),
+}
+
 SPEC = norm_spec(
     __name__,
     name="layernorm_backward",
     description="LayerNorm backward over the last dim of a 2-D tensor: dx, dweight, dbias (stats recomputed)",
-    space=SPACE,
-    tolerances=TOLERANCES,
-    version=3,
-    model=backward_model(partials=norm_params),  # dweight and dbias
+    **SHARED_DECLARATION,
 )

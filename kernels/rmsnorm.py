@@ -15,8 +15,6 @@ import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-from typing import TYPE_CHECKING
-
 import torch
 import triton
 import triton.language as tl
@@ -38,9 +36,6 @@ from tunekit.kernels.row_window import row_window, row_window_load, store_row_wi
 from tunekit.kernels.rows_model import forward_model, norm_params
 from tunekit.search_spaces.rmsnorm import SPACE
 from tunekit.search_spaces.rows import single_block_n
-
-if TYPE_CHECKING:
-    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-6
 
@@ -207,8 +202,7 @@ GPU_SHAPES = (
 )
 
 
-def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
+default_problems = problems_from_shapes(problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
 def bytes_moved(problem: Problem) -> int:

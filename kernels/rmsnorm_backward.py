@@ -16,8 +16,6 @@ import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from tunekit.core.space import Config, Problem
@@ -25,15 +23,15 @@ from tunekit.core.spec import DTYPE_NAMES, Inputs, Outputs, ProblemKey, row_buck
 from tunekit.kernels import layernorm_backward as ln_backward
 from tunekit.kernels.common import check_shape, problems_from_shapes, row_flops
 from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
-from tunekit.kernels.layernorm_backward import INTERPRETER_SHAPES, TOLERANCES, autograd_baseline, launch_backward
+from tunekit.kernels.layernorm_backward import (
+    INTERPRETER_SHAPES,
+    SHARED_DECLARATION,
+    autograd_baseline,
+    launch_backward,
+)
 from tunekit.kernels.layernorm_backward import bytes_moved as bytes_moved  # the spec's, as heuristic below
 from tunekit.kernels.layernorm_backward import heuristic as heuristic
 from tunekit.kernels.rmsnorm import GPU_SHAPES
-from tunekit.kernels.rows_model import backward_model, norm_params
-from tunekit.search_spaces.rmsnorm_backward import SPACE
-
-if TYPE_CHECKING:
-    from tunekit.core.device import DeviceFingerprint
 
 DEFAULT_EPS = 1e-6
 
@@ -95,8 +93,7 @@ def key_of(inputs: Inputs) -> ProblemKey:
     return (row_bucket(m), n, DTYPE_NAMES[x.dtype], weight is not None)
 
 
-def default_problems(device: DeviceFingerprint) -> list[Problem]:
-    return problems_from_shapes(device.is_interpreter, problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
+default_problems = problems_from_shapes(problem_from_shape, INTERPRETER_SHAPES, GPU_SHAPES)
 
 
 flops = row_flops(9)
@@ -106,8 +103,5 @@ SPEC = norm_spec(
     __name__,
     name="rmsnorm_backward",
     description="RMSNorm backward over the last dim of a 2-D tensor: dx, dweight (rstd recomputed)",
-    space=SPACE,
-    tolerances=TOLERANCES,
-    version=3,
-    model=backward_model(partials=norm_params),  # dweight only: RMSNorm has no bias
+    **SHARED_DECLARATION,  # LayerNorm backward's: its launch's version, space, tolerances; weight partials
 )

@@ -1,13 +1,22 @@
 """The dispatch step every op takes: the problem key of the kernel's inputs, the config dispatch serves for it, the
-launch; and, for an op with a backward kernel, whether torch's own op trains an eager call."""
+launch; for an op with a backward kernel, whether torch's own op trains an eager call; and the two ways such an
+op trains (its custom op's registered autograd, and the eager Function)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
+from torch.library import CustomOpDef
 
 from tunekit.core.spec import Inputs, Outputs
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime.dispatch import TORCH, Dispatcher
+from tunekit.runtime.eager_autograd import SetupContext, eager_function
+from tunekit.runtime.hotpath import hot_path
+
+GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
 
 
 def dispatch_launch(kernel: Dispatcher, inputs: Inputs, outputs: Outputs) -> bool:
@@ -29,3 +38,20 @@ def torch_trains_it(backward: Dispatcher, inputs: Inputs, input: torch.Tensor, *
     if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
         return False
     return backward.config(backward.spec.key_of(inputs)) is TORCH
+
+
+def trainable(
+    name: str,
+    custom_op: CustomOpDef,
+    body: Callable[..., Any],
+    setup_context: SetupContext,
+    grad_of: GradOf,
+    backward_op: Callable[..., Any],
+    backward_body: Callable[..., Any],
+) -> type[torch.autograd.Function]:
+    """Register `custom_op`'s autograd (`grad_of(backward_op)`: the backward through its own custom op, what
+    torch.compile traces) and return the eager Function: the same formula on the bodies, which replay as plans
+    (their calls run with grad mode off, inside the Function)."""
+    custom_op.register_autograd(grad_of(backward_op), setup_context=setup_context)
+    replayed = hot_path(public=False)
+    return eager_function(name, replayed(body), setup_context, grad_of(replayed(backward_body)))

@@ -25,9 +25,8 @@ from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
 from tunekit.runtime.dispatch import Dispatcher, dispatcher
-from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
@@ -201,16 +200,14 @@ def _layer_norm_grad(backward: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> 
     return grad_of
 
 
-_layer_norm_op.register_autograd(
-    _layer_norm_grad(torch.ops.tunekit.layer_norm_backward), setup_context=_layer_norm_setup
-)
-# Eager training runs the forward and backward bodies through replay plans too (their calls run with grad mode
-# off, inside the Function): after two calls of a signature, each is its launches straight into the kernels.
-_LAYER_NORM_EAGER = eager_function(
+_LAYER_NORM_EAGER = trainable(
     "LayerNormEager",
-    hot_path(public=False)(_layer_norm),
+    _layer_norm_op,
+    _layer_norm,
     _layer_norm_setup,
-    _layer_norm_grad(hot_path(public=False)(_layer_norm_backward)),
+    _layer_norm_grad,
+    torch.ops.tunekit.layer_norm_backward,
+    _layer_norm_backward,
 )
 
 
@@ -306,12 +303,14 @@ def _rms_norm_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[.
     return grad_of
 
 
-_rms_norm_op.register_autograd(_rms_norm_grad(torch.ops.tunekit.rms_norm_backward), setup_context=_rms_norm_setup)
-_RMS_NORM_EAGER = eager_function(
+_RMS_NORM_EAGER = trainable(
     "RMSNormEager",
-    hot_path(public=False)(_rms_norm),
+    _rms_norm_op,
+    _rms_norm,
     _rms_norm_setup,
-    _rms_norm_grad(hot_path(public=False)(_rms_norm_backward)),
+    _rms_norm_grad,
+    torch.ops.tunekit.rms_norm_backward,
+    _rms_norm_backward,
 )
 
 
