@@ -38,6 +38,7 @@ import tunekit.core.backend  # noqa: F401
 # isort: split
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -434,9 +435,26 @@ default_problems = problems_from_shapes(problem_from_shape, INTERPRETER_SHAPES, 
 # configs held 64 bytes of a tile per thread (32 bf16 values, plus the prefetched next tile) in tiles of at least
 # 8 KiB, and ran 8 warps per SM: 2 programs of 4 warps, or 1 of 8. Rows wider than 8192 take the looped variant in
 # 2048-wide chunks (4096 past 16 chunks). RMSNorm's backward uses it too.
-TILE_BYTES = 8192
-THREAD_BYTES = 64
-WARPS_PER_SM = 8
+@dataclass(frozen=True)
+class PersistentTiling:
+    """The sweep's pattern for a persistent backward grid (also the pointwise backward's heuristic)."""
+
+    tile_bytes: int  # tiles of at least this many bytes
+    thread_bytes: int  # bytes of a tile per thread
+    warps_per_sm: int  # resident warps per SM, in programs of a tile each
+
+    def tile_rows(self, width: int, element_size: int, most: int) -> int:
+        """Rows per tile of `width` elements: enough for tile_bytes, at most `most` (a power of two) and 32."""
+        return min(max(1, self.tile_bytes // element_size // width), most, 32)
+
+    def warps(self, elements: int, element_size: int) -> int:
+        return warps_for(elements, self.thread_bytes // element_size, 32)
+
+    def programs_per_sm(self, warps: int) -> int:
+        return max(1, self.warps_per_sm // warps)
+
+
+TILING = PersistentTiling(tile_bytes=8192, thread_bytes=64, warps_per_sm=8)
 LOOPED_PER_THREAD = 8
 LOOPED_BLOCK_N = 2048
 WIDE_LOOPED_BLOCK_N = 4096
@@ -448,8 +466,8 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     width = single_block_n(cols)
     if width <= MAX_BLOCK_N:
         variant, block_n = "single", width
-        tile_rows = min(max(1, TILE_BYTES // size // width), prev_pow2(rows), 32)
-        warps = warps_for(tile_rows * block_n, THREAD_BYTES // size, 32)
+        tile_rows = TILING.tile_rows(width, size, prev_pow2(rows))
+        warps = TILING.warps(tile_rows * block_n, size)
     else:
         variant, tile_rows = "looped", 1
         block_n = LOOPED_BLOCK_N if cols <= LOOPED_BLOCK_N * MAX_CHUNKS else WIDE_LOOPED_BLOCK_N
@@ -462,7 +480,7 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
         "num_warps": warps,
         "num_stages": 1,
     }
-    per_sm = max(1, WARPS_PER_SM // warps)
+    per_sm = TILING.programs_per_sm(warps)
     while per_sm > 1 and not SPACE.is_valid({**config, "PROGRAMS_PER_SM": per_sm}, problem, device):
         per_sm //= 2  # fewer resident programs, or fewer than the rows have work for
     return {**config, "PROGRAMS_PER_SM": per_sm}

@@ -61,15 +61,12 @@ from tunekit.kernels.common import (
     normal_sampler,
     pow2_divisor,
     torch_activation,
-    warps_for,
 )
 from tunekit.kernels.layernorm_backward import (
     SUM_BLOCK_G,
     SUM_BLOCK_N,
     SUM_WARPS,
-    THREAD_BYTES,
-    TILE_BYTES,
-    WARPS_PER_SM,
+    TILING,
     _sum_partials,
     autograd_baseline,
 )
@@ -316,7 +313,7 @@ MIN_CHUNK = 512
 def _column_tile(cols: int, size: int, max_tiles: int) -> int:
     """The whole row when a tile holds it; else the chunk of MIN_CHUNK..MAX_BLOCK_N that pads least (the wider
     on ties), among those giving at most `max_tiles` column tiles (MAX_BLOCK_N if none does)."""
-    if single_block_n(cols) <= TILE_BYTES // size:
+    if single_block_n(cols) <= TILING.tile_bytes // size:
         return single_block_n(cols)
     chunks = [1 << k for k in range(MIN_CHUNK.bit_length() - 1, MAX_BLOCK_N.bit_length())]
     fitting = [b for b in chunks if cdiv(cols, b) <= max_tiles] or [MAX_BLOCK_N]
@@ -331,11 +328,11 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
         return {"BLOCK_N": block_n, "ROWS": 1, "PROGRAMS_PER_SM": 1, "num_warps": flat["num_warps"], "num_stages": 1}
     size = element_bytes(dtype)
     block_n = _column_tile(cols, size, MAX_PROGRAMS_PER_SM * launch_sms(device.sm_count))
-    tile_rows = min(max(1, TILE_BYTES // size // block_n), rows, 32)  # rows: a power of two
-    warps = warps_for(tile_rows * block_n, THREAD_BYTES // size, 32)
+    tile_rows = TILING.tile_rows(block_n, size, rows)  # rows: a power of two
+    warps = TILING.warps(tile_rows * block_n, size)
     config: Config = {"BLOCK_N": block_n, "ROWS": tile_rows, "PROGRAMS_PER_SM": 1, "num_warps": warps, "num_stages": 1}
     counts = [c for c in (1, 2, 4, 8) if SPACE.is_valid({**config, "PROGRAMS_PER_SM": c}, problem, device)]
-    preferred = max(1, WARPS_PER_SM // warps)  # the most resident programs up to 8 warps per SM, else the fewest
+    preferred = TILING.programs_per_sm(warps)  # the most resident programs up to 8 warps per SM, else the fewest
     per_sm = max((c for c in counts if c <= preferred), default=min(counts, default=1))
     return {**config, "PROGRAMS_PER_SM": per_sm}
 

@@ -171,7 +171,7 @@ def _move_jit_functions(path: Path, package: str) -> None:
     jit = [n for n in body if _is_jit(n)]
     if not jit:
         return
-    functions = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    functions = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # constants using them stay
     imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
     constants = [
         n
