@@ -30,11 +30,10 @@ from tunekit.kernels.common import (
     row_flops,
     vector_elements,
 )
-from tunekit.kernels.layernorm import ROWS_USAGE, TOLERANCES, norm_spec
+from tunekit.kernels.layernorm import ROWS_USAGE, SHARED_DECLARATION, norm_spec
 from tunekit.kernels.layernorm import heuristic as heuristic  # the spec's: the same space, the same traffic
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.kernels.rows_model import forward_model, norm_params
-from tunekit.search_spaces.rmsnorm import SPACE
 from tunekit.search_spaces.rows import single_block_n
 
 DEFAULT_EPS = 1e-6
@@ -217,9 +216,7 @@ SPEC = norm_spec(
     __name__,
     name="rmsnorm",
     description="RMSNorm forward over the last dim of a 2-D tensor (fp32 statistics, optional weight)",
-    space=SPACE,
-    # The LayerNorm forward's: fp32 differs from torch by ~1e-6 relative; fp16/bf16 outputs by one ulp at most.
-    tolerances=TOLERANCES,
+    **SHARED_DECLARATION,  # LayerNorm forward's space and tolerances (the same traffic, one ulp of rounding)
     version=1,
     # ~7 fp32 operations per element; looped reads x twice; the weight vector. The heuristic is LayerNorm's.
     model=forward_model(ops=7, looped_reads={"looped": 2}, params=norm_params),
