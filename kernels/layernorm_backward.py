@@ -37,8 +37,6 @@ import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -60,6 +58,7 @@ from tunekit.kernels.common import (
     warps_for,
 )
 from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
+from tunekit.kernels.persistent import PersistentTiling, autograd_baseline
 from tunekit.kernels.rmsnorm import GPU_SHAPES
 from tunekit.kernels.rows_model import backward_model, norm_params
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
@@ -371,23 +370,6 @@ def reference(inputs: Inputs) -> Outputs:
     return tuple(g.to(d) for g, d in zip(grads, dtypes))
 
 
-# The baseline times torch's backward alone: its forward graph is built once per inputs and kept (one entry).
-_BASELINE_GRAPH: dict[int, tuple[Inputs, torch.Tensor, list[torch.Tensor]]] = {}
-
-
-def autograd_baseline(
-    inputs: Inputs, forward: Callable[[Inputs], tuple[torch.Tensor, list[torch.Tensor]]]
-) -> tuple[torch.Tensor, ...]:
-    """The gradients of `forward(inputs)` = (y, leaves) for the upstream gradient inputs[1], by torch's autograd;
-    the forward graph of the latest inputs is kept, so repeated calls time the backward alone."""
-    cached = _BASELINE_GRAPH.get(id(inputs))
-    if cached is None or cached[0] is not inputs:
-        _BASELINE_GRAPH.clear()
-        cached = _BASELINE_GRAPH[id(inputs)] = (inputs, *forward(inputs))
-    _, y, leaves = cached
-    return torch.autograd.grad(y, leaves, inputs[1], retain_graph=True)
-
-
 def _torch_forward(inputs: Inputs) -> tuple[torch.Tensor, list[torch.Tensor]]:
     x, _, weight, want_dw, want_db, eps = inputs
     xr = x.detach().requires_grad_()
@@ -435,25 +417,6 @@ default_problems = problems_from_shapes(problem_from_shape, INTERPRETER_SHAPES, 
 # configs held 64 bytes of a tile per thread (32 bf16 values, plus the prefetched next tile) in tiles of at least
 # 8 KiB, and ran 8 warps per SM: 2 programs of 4 warps, or 1 of 8. Rows wider than 8192 take the looped variant in
 # 2048-wide chunks (4096 past 16 chunks). RMSNorm's backward uses it too.
-@dataclass(frozen=True)
-class PersistentTiling:
-    """The sweep's pattern for a persistent backward grid (also the pointwise backward's heuristic)."""
-
-    tile_bytes: int  # tiles of at least this many bytes
-    thread_bytes: int  # bytes of a tile per thread
-    warps_per_sm: int  # resident warps per SM, in programs of a tile each
-
-    def tile_rows(self, width: int, element_size: int, most: int) -> int:
-        """Rows per tile of `width` elements: enough for tile_bytes, at most `most` (a power of two) and 32."""
-        return min(max(1, self.tile_bytes // element_size // width), most, 32)
-
-    def warps(self, elements: int, element_size: int) -> int:
-        return warps_for(elements, self.thread_bytes // element_size, 32)
-
-    def programs_per_sm(self, warps: int) -> int:
-        return max(1, self.warps_per_sm // warps)
-
-
 TILING = PersistentTiling(tile_bytes=8192, thread_bytes=64, warps_per_sm=8)
 LOOPED_PER_THREAD = 8
 LOOPED_BLOCK_N = 2048

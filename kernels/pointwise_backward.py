@@ -68,8 +68,8 @@ from tunekit.kernels.layernorm_backward import (
     SUM_WARPS,
     TILING,
     _sum_partials,
-    autograd_baseline,
 )
+from tunekit.kernels.persistent import autograd_baseline
 from tunekit.kernels.pointwise import GELU_TANH_K, GELU_TANH_K3, SQRT_HALF, pointwise_problem
 from tunekit.kernels.pointwise import heuristic as pointwise_heuristic
 from tunekit.kernels.pointwise_model import ACTIVATION_OPS

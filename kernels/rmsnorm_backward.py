@@ -26,11 +26,11 @@ from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
 from tunekit.kernels.layernorm_backward import (
     INTERPRETER_SHAPES,
     SHARED_DECLARATION,
-    autograd_baseline,
     launch_backward,
 )
 from tunekit.kernels.layernorm_backward import bytes_moved as bytes_moved  # the spec's, as heuristic below
 from tunekit.kernels.layernorm_backward import heuristic as heuristic
+from tunekit.kernels.persistent import autograd_baseline
 from tunekit.kernels.rmsnorm import GPU_SHAPES
 
 DEFAULT_EPS = 1e-6

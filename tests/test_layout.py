@@ -201,6 +201,10 @@ def test_the_checks_can_fail():
         layer("tunekit.somewhere")
 
 
+def _is_jit(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any("jit" in ast.unparse(d) for d in node.decorator_list)
+
+
 def too_long(sources: dict[str, str]) -> list[str]:
     found = []
     for name, text in sorted(sources.items()):
@@ -208,7 +212,9 @@ def too_long(sources: dict[str, str]) -> list[str]:
         if lines > MAX_MODULE_LINES and name not in LONG_MODULES:
             found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # A @triton.jit function's tokens are its kernel's identity: splitting one retires its tuned results,
+            # so jit bodies are exempt; host functions on the kernel side are not.
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_jit(node):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 where = f"{name}.{node.name}"
                 if length > MAX_FUNCTION_LINES and where not in LONG_FUNCTIONS:
@@ -217,8 +223,7 @@ def too_long(sources: dict[str, str]) -> list[str]:
 
 
 def test_modules_and_functions_stay_small(sources):
-    kernel_side = ("tunekit.kernels", "tunekit.search_spaces")
-    assert too_long({n: t for n, t in sources.items() if not n.startswith(kernel_side)}) == []
+    assert too_long(sources) == []
 
 
 def test_the_size_check_can_fail():
