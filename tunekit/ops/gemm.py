@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
 import torch
+import torch.nn.functional as F
 
 from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
@@ -228,10 +229,11 @@ def _torch_linear(
     activation: str | None = None,
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """linear where dispatch served TORCH: the full path's torch branch on the same 2-D views, so a replayed call
-    gives the bits the full path gives."""
-    g = _linear_gemm(input, weight, bias, residual, _check_activation(activation))
-    return _torch_gemm(g).view(*input.shape[:-1], weight.shape[0])
+    """linear where dispatch served TORCH: torch's ops as a user writes them (F.linear, the activation, the
+    residual add), so a training call records torch's own graph and nothing more. F.linear folds an N-D input
+    into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits."""
+    y = TORCH_ACTIVATIONS[_check_activation(activation)](F.linear(input, weight, bias))
+    return y if residual is None else y + residual
 
 
 @hot_path(_torch_matmul)
@@ -298,5 +300,5 @@ def linear(
     if not use_custom_op(input, weight, bias, residual):
         return _gemm_2d(g).view(out_shape)
     if grads_flow(input, weight, bias, residual) and _torch_trains_it(g):
-        return _torch_gemm(g).view(out_shape)
+        return _torch_linear(input, weight, bias, act, residual)
     return _gemm_op(g).view(out_shape)
