@@ -221,7 +221,8 @@ def layer_norm(
 ) -> Tensor:
     """LayerNorm over the trailing `normalized_shape` dims, with fp32 statistics. Same contract as torch's."""
     shape = _validate(input, normalized_shape, weight, bias, eps)
-    if grads_flow(input, weight, bias):
+    trains = grads_flow(input, weight, bias)
+    if trains:
         n, want_db = math.prod(shape), bias is not None and bias.requires_grad
         rows = _rows_like(input, n)
         # torch's whole op where it trains: its autograd saves the statistics the backward would recompute
@@ -229,7 +230,7 @@ def layer_norm(
             return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     if torch.compiler.is_compiling():
         return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
-    if grads_flow(input, weight, bias):
+    if trains:
         return _LAYER_NORM_EAGER.apply(input, list(shape), weight, bias, float(eps))
     return _layer_norm(input, shape, weight, bias, float(eps))
 
@@ -321,12 +322,13 @@ def rms_norm(
     """RMSNorm over the trailing `normalized_shape` dims, fp32 statistics; eps None means finfo(input.dtype).eps."""
     shape = _validate(input, normalized_shape, weight, None, 0.0 if eps is None else eps)
     eps_value = torch.finfo(input.dtype).eps if eps is None else float(eps)
-    if grads_flow(input, weight):
+    trains = grads_flow(input, weight)
+    if trains:
         rows = _rows_like(input, math.prod(shape))
         if torch_trains_it(_RMSNORM_BACKWARD, (rows, rows, weight, True, eps_value), input, weight):
             return F.rms_norm(input, tuple(shape), weight, eps_value)
     if torch.compiler.is_compiling():
         return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
-    if grads_flow(input, weight):
+    if trains:
         return _RMS_NORM_EAGER.apply(input, list(shape), weight, eps_value)
     return _rms_norm(input, shape, weight, eps_value)
