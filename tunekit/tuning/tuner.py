@@ -35,6 +35,7 @@ from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, confirm_best, records_from_study
 from tunekit.tuning.guide import ModelGuide
+from tunekit.tuning.ranker import Ranker
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
@@ -67,6 +68,9 @@ class TuneOptions:
     # the study's) count against it, so a rerun measures only what is missing and a tuned problem measures nothing.
     # force=True makes it a per-run budget again: up to `trials` configs not measured before, whatever is stored.
     force: bool = False
+    # The `model` strategy's learned ranking correction (tunekit.tuning.ranker); None: the shipped one. The
+    # efficiency benchmark passes one fitted without the table it scores (leave-one-shape-out).
+    ranker: Ranker | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 1:
