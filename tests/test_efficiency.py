@@ -70,8 +70,9 @@ def test_aggregates_per_kernel_and_overall(result):
     rmsnorm_random = result.aggregate("rmsnorm", "random")
     runs = sorted(r.trials for r in result.runs if r.strategy == "random" and r.table.startswith("rmsnorm"))
     assert rmsnorm_random.trials_median == Stat(sum(runs) / 2)  # two seeds: the mean of the middle two
-    # the targets are about the model strategy, which did not run here: nothing to judge
-    assert [t.holds for t in result.targets] == [None] * 5
+    # the targets are about the model strategy, which did not run here: nothing to judge (7 for the one device)
+    assert [t.holds for t in result.targets] == [None] * 7
+    assert all(" on NVIDIA H200: " in t.description for t in result.targets)
 
 
 def test_blind_random_baseline_is_the_exact_expectation(result, tables):
@@ -95,7 +96,10 @@ def test_json_round_trip(result):
 
 def test_format_table(result):
     text = format_table(result)
-    assert "| kernel" in text and "x fewer than random" in text
+    assert "| kernel" in text and "x fewer than random" in text and "first <=10%" in text
+    # one device: its rows are the all-devices rows, shown once under its name
+    assert "| NVIDIA H200 | rmsnorm " in text and "\n| all " not in text
+    assert "Model runs" not in text  # the model strategy did not run
     for strategy in STRATEGIES:
         assert f"| {strategy} " in text
     assert "Targets:" in text and "[unknown]" in text
@@ -134,8 +138,11 @@ def test_censored_medians_are_lower_bounds():
 
 def test_targets_are_judged_for_the_model_strategy(tables):
     result = run_benchmark(tables, ("random", "model"), seeds=1, workers=1)
-    gemm_fraction, gemm_trials, every_shape, blind, fewer = result.targets
-    assert gemm_fraction.holds is None and gemm_trials.holds is None  # no GEMM table here
+    gemm_fraction, gemm_trials, gemm_worst, every_shape, blind, fewer, first = result.targets
+    assert {gemm_fraction.holds, gemm_trials.holds, gemm_worst.holds} == {None}  # no GEMM table here
     assert every_shape.holds is not None and "%" in every_shape.measured
     assert "over 1 shapes" in fewer.measured and "over all 2" in fewer.measured
     assert "over 2 shapes" in blind.measured and blind.holds is not None
+    # layernorm's heuristic (trial 1) is its best, rmsnorm's is far off: 1 of 2 shapes, under the 80% asked
+    assert first.holds is False and first.measured == "50% (1/2)"
+    assert all(t.description.startswith("model (leave-one-shape-out) on NVIDIA H200: ") for t in result.targets)

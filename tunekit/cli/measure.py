@@ -226,8 +226,17 @@ def efficiency(
     gp_cap: Annotated[int, typer.Option("--gp-cap", help="Trial cap for gp (Optuna's GP is slow to ask).")] = 30,
     workers: Annotated[int | None, typer.Option("--workers", help="Processes (default: one per CPU).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write every run and the aggregates as JSON.")] = None,
+    in_sample: Annotated[
+        bool,
+        typer.Option(
+            "--in-sample",
+            help="Score the model strategy with one ranker fitted on every table, the scored one included (default: "
+            "leave-one-shape-out, each table scored with a ranker fitted on the others).",
+        ),
+    ] = False,
 ) -> None:
-    """Tuning efficiency on a simulated device: trials and simulated seconds until within 2% of the recorded best."""
+    """Tuning efficiency on a simulated device: trials and simulated seconds until within 2% of the recorded best,
+    and how close the first measured config is."""
     from tunekit.evaluation.efficiency import format_table, run_benchmark
     from tunekit.evaluation.timing_table import load_all
     from tunekit.store.shipped_data import default_table_files
@@ -236,7 +245,7 @@ def efficiency(
     if not loaded:
         raise TunekitError("no timing tables found (record some with `tunekit record` on a GPU)")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
-    result = run_benchmark(loaded, names, seeds, out, gp_trial_cap=gp_cap, workers=workers)
+    result = run_benchmark(loaded, names, seeds, out, gp_trial_cap=gp_cap, workers=workers, in_sample=in_sample)
     print(format_table(result))
 
 

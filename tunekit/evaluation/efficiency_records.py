@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TOLERANCE = 0.02  # "near-best": a recorded time <= (1 + TOLERANCE) x the table's best
+FIRST_TOLERANCE = 0.10  # zero-trial quality: the first measured config within 10% of the table's best
+ALL = "all"  # an aggregate over every kernel, or over every device
 
 
 def near_best(time_ms: float, best_ms: float) -> bool:
@@ -62,6 +66,10 @@ class TableInfo:
         return (self.n_configs + 1) / (self.near_best_configs + 1)
 
     @property
+    def device_name(self) -> str:
+        return str(self.device.get("name", "unknown device"))
+
+    @property
     def usable(self) -> bool:
         return not any(p.startswith("error") for p in self.problems)
 
@@ -86,6 +94,20 @@ class Run:
     asks: int  # configs the sampler proposed: the trials, plus invalid ones (pruned) and measured ones (reused)
     stop_reason: str
     wall_s: float  # real seconds on this machine, the sampler's own overhead included
+    first_ratio: float | None = None  # trial 1's recorded time / the best; None: it did not run correctly
+
+
+def first_ratio_of(runs: Sequence[Run]) -> float | None:
+    """The median over seeds of trial 1's time / the best (a deterministic strategy's seeds all agree); a config
+    that did not run correctly counts as infinitely slow, and a median that is so reads None."""
+    if not runs:
+        return None
+    ratio = statistics.median(math.inf if r.first_ratio is None else r.first_ratio for r in runs)
+    return None if math.isinf(ratio) else ratio
+
+
+def first_within(ratio: float | None) -> bool:
+    return ratio is not None and ratio <= 1.0 + FIRST_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -98,11 +120,13 @@ class ShapeSummary:
     trials: Stat
     seconds: Stat
     fraction: Stat
+    device: str = ALL  # TableInfo.device_name
+    first_ratio: float | None = None  # first_ratio_of the runs
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One strategy on one kernel's tables (or all of them): median and worst over shapes."""
+    """One strategy on one kernel's tables (or all kernels'), on one device (or all): median and worst over shapes."""
 
     family: str
     strategy: str
@@ -116,6 +140,8 @@ class Aggregate:
     fewer_than_random: Ratio  # over every shape
     fewer_than_random_searched: Ratio  # over the shapes that need a search (TableInfo.needs_search)
     fewer_than_blind_random: Ratio  # blind random search's expected trials (TableInfo.blind_random_trials) / ours
+    device: str = ALL
+    first_within: float = 0.0  # the share of shapes whose first measured config is within FIRST_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -175,5 +201,9 @@ class Result:
             notes=list(data.get("notes", [])),
         )
 
-    def aggregate(self, family: str, strategy: str) -> Aggregate | None:
-        return next((a for a in self.aggregates if a.family == family and a.strategy == strategy), None)
+    def aggregate(self, family: str, strategy: str, device: str = ALL) -> Aggregate | None:
+        return find_aggregate(self.aggregates, family, strategy, device)
+
+
+def find_aggregate(aggregates: Iterable[Aggregate], family: str, strategy: str, device: str = ALL) -> Aggregate | None:
+    return next((a for a in aggregates if (a.family, a.strategy, a.device) == (family, strategy, device)), None)

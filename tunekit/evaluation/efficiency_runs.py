@@ -9,6 +9,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -20,17 +21,20 @@ from tunekit.evaluation.efficiency_records import Run, TableInfo, near_best
 from tunekit.evaluation.simulate import CandidateCost, SimulatedClock, check_table, simulate_tune
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.store.entry import TrialRecord
+from tunekit.tuning.ranker import Ranker, fit_ranker
 
 # Optuna's GP sampler ignores pruned (invalid) proposals, so on a sparse valid set it asks ~15 times per trial before
 # the tuner hands it an unseen config, at 20 ms to 1 s per ask. Measured on 2 CPU cores, one torch thread: a run
 # to 30 trials takes ~8 s, to 50 ~22 s, to 100 40-65 s. Capped at 30 so that the whole benchmark stays within
 # minutes; later hits are censored (">30"). The other strategies run up to the space size.
 GP_TRIAL_CAP = 30
+MODEL_STRATEGY = "model"  # the strategy that reads a ranker (tunekit.tuning.ranker)
 
 
 def table_name(table: TimingTable) -> str:
+    """Kernel, problem and device: the same problem is recorded on several devices (issue 19's H100 tables)."""
     problem = ",".join(f"{k}={v}" for k, v in table.problem.items())
-    return f"{table.kernel}[{problem}]"
+    return f"{table.kernel}[{problem}]@{table.fingerprint.label}"
 
 
 def _heuristic_ms(table: TimingTable) -> float | None:
@@ -77,6 +81,16 @@ def trial_cap(strategy: str, n_configs: int, gp_trial_cap: int | None = None) ->
     return min(n_configs, GP_TRIAL_CAP if gp_trial_cap is None else gp_trial_cap)
 
 
+@dataclass
+class _Progress:
+    """What a search has reached so far, as its trials come in."""
+
+    trials: int = 0
+    seconds: float = 0.0
+    reached: bool = False
+    first_ratio: float | None = None
+
+
 def run_once(
     table: TimingTable,
     info: TableInfo,
@@ -85,20 +99,26 @@ def run_once(
     *,
     cost: CandidateCost | None = None,
     gp_trial_cap: int | None = None,
+    ranker: Ranker | None = None,
 ) -> Run:
-    """One simulated search, stopped at the first measured config within TOLERANCE of the table's best."""
+    """One simulated search, stopped at the first measured config within TOLERANCE of the table's best.
+
+    `ranker` is the model strategy's ranking correction (None: the shipped one)."""
     if info.best_ms is None:
         raise TunekitError(f"{info.name} has no correct config to find")
     best_ms = info.best_ms
     cap = trial_cap(strategy, info.n_configs, gp_trial_cap)
     clock = SimulatedClock()
-    progress = {"trials": 0, "seconds": 0.0, "reached": False}
+    progress = _Progress()
 
     def on_trial(record: TrialRecord, n: int) -> bool:
         row = table.row(record.config)
-        reached = row is not None and row.status == "ok" and row.time_ms is not None and near_best(row.time_ms, best_ms)
-        progress.update(trials=n, seconds=clock(), reached=reached)
-        return reached
+        time_ms = row.time_ms if row is not None and row.status == "ok" else None
+        if n == 1 and time_ms is not None:
+            progress.first_ratio = time_ms / best_ms  # zero-trial quality: what the tuner trusts before searching
+        progress.trials, progress.seconds = n, clock()
+        progress.reached = time_ms is not None and near_best(time_ms, best_ms)
+        return progress.reached
 
     started = time.perf_counter()
     stop_reason, pruned, reused = "", 0, 0
@@ -106,28 +126,39 @@ def run_once(
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="optuna")  # GP: "clip non-finite values"
         try:
-            simulation = simulate_tune(table, strategy, seed, max_trials=cap, on_trial=on_trial, clock=clock, cost=cost)
+            simulation = simulate_tune(
+                table, strategy, seed, max_trials=cap, on_trial=on_trial, clock=clock, cost=cost, ranker=ranker
+            )
         except TunekitError as exc:
-            if progress["reached"]:
+            if progress.reached:
                 raise
             stop_reason = str(exc)  # every config measured before the cap failed: a miss, not a crash
         else:
             report = simulation.report
             stop_reason, pruned, reused = report.stop_reason, report.pruned, report.reused
-    trials = int(progress["trials"])
     return Run(
         table=info.name,
         strategy=strategy,
         seed=seed,
         cap=cap,
-        reached=bool(progress["reached"]),
-        trials=trials,
-        seconds=float(progress["seconds"]),
-        fraction=trials / info.n_configs,
-        asks=trials + pruned + reused,
+        reached=progress.reached,
+        trials=progress.trials,
+        seconds=progress.seconds,
+        fraction=progress.trials / info.n_configs,
+        asks=progress.trials + pruned + reused,
         stop_reason=stop_reason,
         wall_s=time.perf_counter() - started,
+        first_ratio=progress.first_ratio,
     )
+
+
+def fit_model_rankers(tables: Sequence[TimingTable], usable: Sequence[int], in_sample: bool) -> dict[int, Ranker]:
+    """The model strategy's ranker per table index: fitted on every other table, of any device (leave-one-shape-out:
+    no table is scored by a ranker fitted on it), or with `in_sample` one per kernel fitted on every table."""
+    if in_sample:
+        fitted = {kernel: fit_ranker(kernel, tables) for kernel in sorted({tables[i].kernel for i in usable})}
+        return {i: fitted[tables[i].kernel] for i in usable}
+    return {i: fit_ranker(tables[i].kernel, [t for j, t in enumerate(tables) if j != i]) for i in usable}
 
 
 @contextlib.contextmanager
@@ -151,17 +182,25 @@ def _start_worker(tables: Sequence[TimingTable], infos: Sequence[TableInfo], opt
     _worker_state.update(tables=tables, infos=infos, options=options)
 
 
+def _job_options(options: dict[str, Any], index: int, strategy: str) -> dict[str, Any]:
+    """run_once's keyword arguments for one job: the shared ones, and for the model strategy its table's ranker."""
+    rankers = options.get("rankers") or {}
+    shared = {k: v for k, v in options.items() if k != "rankers"}
+    return {**shared, "ranker": rankers.get(index) if strategy == MODEL_STRATEGY else None}
+
+
 def _run_job(job: Job) -> Run:
     index, strategy, seed = job
     state = _worker_state
-    return run_once(state["tables"][index], state["infos"][index], strategy, seed, **state["options"])
+    options = _job_options(state["options"], index, strategy)
+    return run_once(state["tables"][index], state["infos"][index], strategy, seed, **options)
 
 
 def execute(
     jobs: Sequence[Job],
     tables: Sequence[TimingTable],
     infos: Sequence[TableInfo],
-    options: dict[str, Any],  # run_once's keyword arguments
+    options: dict[str, Any],  # run_once's keyword arguments, but "rankers": the model's ranker per table index
     workers: int,
     progress: Callable[[Run, int, int], object] | None,
 ) -> list[Run]:
@@ -170,7 +209,8 @@ def execute(
     if workers <= 1:
         with _single_threaded():
             for i, (index, strategy, seed) in enumerate(jobs):
-                runs[i] = run = run_once(tables[index], infos[index], strategy, seed, **options)
+                job_options = _job_options(options, index, strategy)
+                runs[i] = run = run_once(tables[index], infos[index], strategy, seed, **job_options)
                 if progress is not None:
                     progress(run, i + 1, len(jobs))
         return [r for r in runs if r is not None]

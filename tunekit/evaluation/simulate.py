@@ -19,6 +19,7 @@ from tunekit.core.space import Config, config_id
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import CudaEventTimer
+from tunekit.tuning.ranker import Ranker
 from tunekit.tuning.tuner import TuneOptions, TuneReport, tune
 
 __all__ = ["CandidateCost", "SimulatedClock", "SimulatedDevice", "Simulation", "check_table", "simulate_tune"]
@@ -152,15 +153,24 @@ def simulate_tune(
     timeout_s: float | None = None,
     cost: CandidateCost | None = None,
     clock: SimulatedClock | None = None,
+    ranker: Ranker | None = None,
 ) -> Simulation:
     """Run the real `tunekit.tuning.tuner.tune`, unchanged, on the device `table` was recorded on.
 
     `timeout_s` is a budget of simulated seconds; pass `clock` to read it while the search runs (in `on_trial`).
+    `ranker` is the model strategy's ranking correction (None: the shipped one; the efficiency benchmark passes
+    one fitted without `table`).
     """
     clock = SimulatedClock() if clock is None else clock
     device = SimulatedDevice(table, clock, cost)
     options = TuneOptions(
-        trials=max_trials, timeout_s=timeout_s, sampler=strategy, seed=seed, isolate=False, remeasure_top=3
+        trials=max_trials,
+        timeout_s=timeout_s,
+        sampler=strategy,
+        seed=seed,
+        isolate=False,
+        remeasure_top=3,
+        ranker=ranker,
     )
     report = tune(
         get_spec(table.kernel),
