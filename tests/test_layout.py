@@ -27,8 +27,8 @@ SOURCES = {
     "tunekit.kernels": ROOT / "kernels",
     "tunekit.search_spaces": ROOT / "search_spaces",
 }
-# The runtime's one way into the tuning layer.
-RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate"}
+# The runtime's ways into the tuning layer: tuning on a miss, and the untuned pick (the model, without Optuna).
+RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate", "tunekit.tuning.untuned"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Justified exceptions, with the reason.

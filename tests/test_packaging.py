@@ -80,7 +80,7 @@ def test_shipped_data_is_found_through_the_installed_package():
     assert {table_name(p) for p in tables} >= {"h200-sm90-132sm/gemm", "h200-sm90-132sm/layernorm"}
     assert resolve_table("h200-sm90-132sm/gemm") == shipped_dir() / "timings" / "h200-sm90-132sm" / "gemm.json.gz"
     assert resolve_table(str(tables[0])) == tables[0]
-    with pytest.raises(TunekitError, match=r"neither\. Shipped: \['h200-sm90-132sm/gemm'"):
+    with pytest.raises(TunekitError, match=r"neither\. Shipped: \[.*'h200-sm90-132sm/gemm'"):
         resolve_table("nope/gemm")
 
 
@@ -99,7 +99,8 @@ def test_explain_takes_a_shipped_table_by_name():
     assert result.exit_code == 0, result.output
     assert "132" in result.output  # the H200's SMs, modelled on this CPU machine
     result = runner.invoke(app, ["explain", "-k", "gemm", "-s", "4097x4096x4096"])
-    assert result.exit_code == 1 and "a shipped table: h200-sm90-132sm/gemm" in result.output
+    assert result.exit_code == 1 and "a shipped table: " in result.output
+    assert "h200-sm90-132sm/gemm" in result.output
 
 
 def test_import_is_cheap_and_ops_load_on_first_use():

@@ -17,9 +17,11 @@ from tunekit.kernels import gemm as G
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.tuning import model
+from tunekit.tuning.ranker import Ranker, shipped_ranker
 from tunekit.tuning.tuner import TuneOptions, tune
 
 SPEC = get_spec("gemm")
+RAW = Ranker("gemm")  # no correction: the model's mechanics alone, whatever ranker is shipped
 
 
 def recorded(kernel: str, **problem: object) -> object:
@@ -59,7 +61,7 @@ def test_model_prunes_seeds_and_never_measures_a_pruned_config() -> None:
     pruning = model.prune("gemm", valid, table.problem, H200_LIMITS)
     assert pruning is not None and pruning.pruned
     pruned = {config_id(c) for c, _ in pruning.pruned}
-    sim = simulate_tune(table, "model", 0, max_trials=40)
+    sim = simulate_tune(table, "model", 0, max_trials=40, ranker=RAW)
     assert sim.report.model_pruned == len(pruned)
     measured = [r.config for r in sim.report.records]
     heuristic = dict(SPEC.heuristic(table.problem, table.fingerprint))
@@ -75,7 +77,7 @@ def test_pattern_search_moves_one_parameter_at_a_time_from_the_incumbent() -> No
     rules pin with it), until every such neighbour the model kept is measured; only then does TPE propose."""
     table = recorded("gemm", m=4097)
     kept = model.prune("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS).kept
-    records = simulate_tune(table, "model", 0, max_trials=30).report.records
+    records = simulate_tune(table, "model", 0, max_trials=30, ranker=RAW).report.records
 
     def one_step(a: dict, b: dict) -> bool:
         return len({k for k in a if a[k] != b[k]} - {"SPLIT_K", "GROUP_M"}) == 1
@@ -91,6 +93,21 @@ def test_pattern_search_moves_one_parameter_at_a_time_from_the_incumbent() -> No
         assert all(config_id(c) in measured for c in kept if one_step(incumbent, c))  # neighbourhood exhausted
         break
     assert pattern_steps >= 5
+
+
+def test_a_fitted_ranker_picks_the_first_config_and_the_heuristic_comes_second() -> None:
+    table = recorded("gemm", m=1000)
+    ranker = shipped_ranker("gemm")
+    assert ranker is not None and ranker.weights
+    ranked = model.rank("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS, ranker=ranker)
+    assert ranked is not None
+    records = simulate_tune(table, "model", 0, max_trials=3, ranker=ranker).report.records
+    heuristic = dict(SPEC.heuristic(table.problem, table.fingerprint))
+    assert records[0].config == ranked[0].config
+    if ranked[0].config != heuristic:
+        assert records[1].config == heuristic
+    # without a fitted ranker the heuristic is first
+    assert simulate_tune(table, "model", 0, max_trials=1, ranker=RAW).report.records[0].config == heuristic
 
 
 @pytest.mark.parametrize(("table_m", "strategy", "limit"), [(4097, "model", 12), (4096, "model", 12)])
@@ -139,5 +156,5 @@ def test_a_new_shape_warm_starts_from_the_nearest_tuned_one() -> None:
     far_config = next(c for c in valid if c not in (heuristic, near_config))
     tuned = [entry_for(far, far_config), entry_for(near, near_config)]
     bench = PlantedBench()
-    tune(SPEC, problem, H200, TuneOptions(trials=3), bench=bench, limits=H200_LIMITS, tuned=tuned)
+    tune(SPEC, problem, H200, TuneOptions(trials=3, ranker=RAW), bench=bench, limits=H200_LIMITS, tuned=tuned)
     assert bench.asked[0] == heuristic and bench.asked[1] == near_config

@@ -18,10 +18,11 @@ import torch
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.efficiency_records import Run, TableInfo, near_best
+from tunekit.evaluation.ranker_fit import fit_ranker
 from tunekit.evaluation.simulate import CandidateCost, SimulatedClock, check_table, simulate_tune
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.store.entry import TrialRecord
-from tunekit.tuning.ranker import Ranker, fit_ranker
+from tunekit.tuning.ranker import Ranker
 
 # Optuna's GP sampler ignores pruned (invalid) proposals, so on a sparse valid set it asks ~15 times per trial before
 # the tuner hands it an unseen config, at 20 ms to 1 s per ask. Measured on 2 CPU cores, one torch thread: a run
@@ -153,12 +154,17 @@ def run_once(
 
 
 def fit_model_rankers(tables: Sequence[TimingTable], usable: Sequence[int], in_sample: bool) -> dict[int, Ranker]:
-    """The model strategy's ranker per table index: fitted on every other table, of any device (leave-one-shape-out:
-    no table is scored by a ranker fitted on it), or with `in_sample` one per kernel fitted on every table."""
+    """The model strategy's ranker per table index: fitted on every table of another shape, of any device (leave-
+    one-shape-out: no table is scored by a ranker fitted on its problem, whichever device recorded it), or with
+    `in_sample` one per kernel fitted on every table."""
     if in_sample:
         fitted = {kernel: fit_ranker(kernel, tables) for kernel in sorted({tables[i].kernel for i in usable})}
         return {i: fitted[tables[i].kernel] for i in usable}
-    return {i: fit_ranker(tables[i].kernel, [t for j, t in enumerate(tables) if j != i]) for i in usable}
+
+    def other_shapes(i: int) -> list[TimingTable]:
+        return [t for t in tables if (t.kernel, t.problem) != (tables[i].kernel, tables[i].problem)]
+
+    return {i: fit_ranker(tables[i].kernel, other_shapes(i)) for i in usable}
 
 
 @contextlib.contextmanager

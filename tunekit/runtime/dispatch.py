@@ -1,5 +1,6 @@
 """The dispatch chain: memo -> user cache -> shipped databases -> (untuned) torch's own op, or in the
-interpreter the nearest tuned problem -> heuristic default.
+interpreter (or with TUNEKIT_UNTUNED=triton) the nearest tuned problem -> the model's pick (the learned ranker's
+top config, where the device has limits to model) -> heuristic default.
 
 The memo is a plain dict from the op's problem key to a ready config; after the first call for a key, the op
 pays one dict lookup. Everything else here runs once per key per process.
@@ -33,13 +34,14 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
+from tunekit.tuning.untuned import model_pick
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "torch", "nearest", "heuristic", "tuned")
+LAYERS = ("cache", "shipped", "torch", "nearest", "model", "heuristic", "tuned")
 TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
 TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
-UNTUNED = ("torch", "nearest", "heuristic")  # layers that serve a problem with no entry of its own
+UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
     if entry is not None:
         return Resolution("nearest", entry.config, entry)
+    pick = model_pick(spec, problem, device)
+    if pick is not None:
+        return Resolution("model", pick)
     return Resolution("heuristic", spec.heuristic(problem, device))
 
 

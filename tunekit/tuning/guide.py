@@ -15,6 +15,7 @@ from tunekit.store.entry import Entry
 from tunekit.store.nearest import nearest_entry
 from tunekit.tuning import model
 from tunekit.tuning.candidates import Candidates
+from tunekit.tuning.ranker import Ranker, shipped_ranker, usable_ranker
 
 MODEL_SEEDS = 8  # top-modelled configs measured right after the heuristic (one per tile family first)
 
@@ -29,6 +30,9 @@ class ModelGuide:
     nearest: list[Entry]  # the nearest tuned problem's entry, for warm-starting
     shared: Entry | None  # an entry of a problem with the same quantization signature
     dependent: frozenset[str] = frozenset()  # the kernel's dependent_params (KernelSpec): see _neighbours
+    # The ranker's top pick, measured first (before the hand heuristic); None without a fitted ranker, where the
+    # modelled order alone picks worse first configs than the heuristic (tunekit efficiency's first column).
+    first: dict[str, Value] | None = None
 
     @classmethod
     def make(
@@ -40,6 +44,7 @@ class ModelGuide:
         limits: DeviceLimits | None,
         tuned: Iterable[Entry],
         valid: list[dict[str, Value]],
+        ranker: Ranker | None = None,
     ) -> ModelGuide | None:
         if sampler != "model":
             return None
@@ -53,13 +58,15 @@ class ModelGuide:
         shared = _same_quantization(spec, problem, device, limits, others)
         if shared is not None:
             return cls([], 0, [], [], shared)
-        pruning = model.prune(spec.name, valid, problem, limits, arch=arch)
-        ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch)
+        ranker = usable_ranker(ranker if ranker is not None else shipped_ranker(spec.name))
+        pruning = model.prune(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
+        ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch, ranker=ranker)
         kept = [q.config for q in ranked] if ranked is not None else valid
-        seeds = model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch) or []
+        seeds = model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch, ranker=ranker) or []
         near = nearest_entry(spec, problem, device, others)
         pruned = len(pruning.pruned) if pruning else 0
-        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params)
+        first = kept[0] if kept and ranker is not None else None
+        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params, first)
 
     def next_config(self, seen: Candidates) -> dict[str, Value] | None:
         """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter

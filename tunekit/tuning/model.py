@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
 
 from tunekit.core.device_limits import DeviceLimits
@@ -30,6 +30,7 @@ from tunekit.core.geometry import Geometry, KernelModel, Math
 from tunekit.core.occupancy import Occupancy, Resources, occupancy
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem, SearchSpace, Value, config_id
+from tunekit.tuning.ranker import Ranker, features
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -132,6 +133,12 @@ class Quantization:
     waves: int  # ceil(tiles / slots); 0 when the config cannot launch
     predicted_clk: float  # modelled time in SM clocks; inf when the config cannot launch
     ideal_clk: float  # the device's roofline for the problem (useful flops, unique bytes)
+    corrected_clk: float | None = None  # predicted_clk with the learned ranker's correction (tunekit.tuning.ranker)
+
+    @property
+    def ranked_clk(self) -> float:
+        """The time ranking and pruning go by: corrected where a ranker was given, else modelled."""
+        return self.predicted_clk if self.corrected_clk is None else self.corrected_clk
 
     @property
     def tiles(self) -> int:
@@ -291,6 +298,7 @@ class ModelOptions(TypedDict, total=False):
 
     arch: Arch  # the per-SM rates the roofline is computed against; DEFAULT_ARCH when absent
     compiled: CompiledTable | None  # compiled resources by config_id, where known; estimates for the others
+    ranker: Ranker | None  # a learned correction of the modelled times (tunekit.tuning.ranker); None: none
 
 
 def quantize_all(
@@ -299,13 +307,35 @@ def quantize_all(
     """`quantize` for every config, in their order; compiled resources (keyed by config_id) where known."""
     if kernel_model(kernel) is None:
         return None
-    arch, found = options.get("arch", DEFAULT_ARCH), options.get("compiled") or {}
+    arch, found, ranker = options.get("arch", DEFAULT_ARCH), options.get("compiled") or {}, options.get("ranker")
+    if ranker is not None and ranker.loop_step_clk is not None:
+        arch = replace(arch, loop_step_clk=ranker.loop_step_clk)
     result = []
     for config in configs:
         q = quantize(kernel, config, problem, limits, arch=arch, resources=found.get(config_id(config)))
         assert q is not None
-        result.append(q)
+        result.append(q if ranker is None else corrected(q, problem, ranker))
     return result
+
+
+def ranker_features(q: Quantization, problem: Problem) -> dict[str, float]:
+    """The learned ranker's features of one quantized config (tunekit.tuning.ranker.features)."""
+    return features(
+        q.config,
+        problem,
+        wave_efficiency=q.wave_efficiency,
+        padded_waste=q.padded_waste,
+        programs_per_sm=q.programs_per_sm,
+        roofline_share=q.efficiency,
+        tiles={dim.name: dim.tiles for dim in q.geometry.dims},
+    )
+
+
+def corrected(q: Quantization, problem: Problem, ranker: Ranker) -> Quantization:
+    """`q` with its modelled time corrected by the ranker (a config that cannot launch stays at inf)."""
+    if not math.isfinite(q.predicted_clk) or not ranker.weights:
+        return q
+    return replace(q, corrected_clk=q.predicted_clk * math.exp(ranker.correction(ranker_features(q, problem))))
 
 
 # Modelled times closer than this (relative) are ties for ranking: the model cannot tell them apart.
@@ -316,9 +346,9 @@ def _rank_key(q: Quantization) -> tuple[float, float, int, float, ConfigId]:
     # Within the model's resolution (e.g. every config at the DRAM roofline): less padding first, then more resident
     # programs, then the exact time, then the config itself, so the order never depends on the configs' order.
     tier = math.inf
-    if math.isfinite(q.predicted_clk):
-        tier = float(math.floor(math.log(max(q.predicted_clk, 1.0)) / math.log1p(RANK_RESOLUTION)))
-    return (tier, round(q.padded_waste, 12), -q.programs_per_sm, q.predicted_clk, config_id(q.config))
+    if math.isfinite(q.ranked_clk):
+        tier = float(math.floor(math.log(max(q.ranked_clk, 1.0)) / math.log1p(RANK_RESOLUTION)))
+    return (tier, round(q.padded_waste, 12), -q.programs_per_sm, q.ranked_clk, config_id(q.config))
 
 
 def rank(
@@ -350,10 +380,10 @@ def seed_configs(
     usable = [q for q in ranked if q.launchable]
     if not usable:
         return []
-    bound = HOPELESS_RATIO * min(q.predicted_clk for q in usable)
+    bound = HOPELESS_RATIO * min(q.ranked_clk for q in usable)
     families: dict[tuple[object, ...], list[Quantization]] = {}
     for q in usable:
-        if q.predicted_clk <= bound:
+        if q.ranked_clk <= bound:
             families.setdefault(tuple(q.config.get(p) for p in model.family), []).append(q)
     seeds: list[dict[str, Value]] = []
     depth = 0
@@ -393,7 +423,7 @@ def prune(
     if not quantized:
         return Pruning([], [])
     best = min(quantized, key=_rank_key)
-    fastest = min(q.predicted_clk for q in quantized)
+    fastest = min(q.ranked_clk for q in quantized)
     kept: list[dict[str, Value]] = []
     pruned: list[tuple[dict[str, Value], str]] = []
     for q in quantized:
@@ -401,8 +431,8 @@ def prune(
             kept.append(q.config)
         elif not q.launchable:
             pruned.append((q.config, f"cannot launch ({q.occupancy.limiter}): {q.occupancy.why_not}"))
-        elif q.predicted_clk > hopeless_ratio * fastest:
-            ratio = q.predicted_clk / fastest
+        elif q.ranked_clk > hopeless_ratio * fastest:
+            ratio = q.ranked_clk / fastest
             pruned.append((q.config, f"hopeless: modelled {ratio:.1f}x the best modelled time (> {hopeless_ratio:g}x)"))
         else:
             kept.append(q.config)

@@ -195,7 +195,7 @@ def tune(
     valid = spec.space.valid_configs(problem, device)
     if not valid:
         raise TunekitError(f"no config of {spec.name}'s space is valid for {spec.describe_problem(problem)}")
-    guide = ModelGuide.make(spec, problem, device, options.sampler, limits, tuned, valid)
+    guide = ModelGuide.make(spec, problem, device, options.sampler, limits, tuned, valid, options.ranker)
     if guide is not None and guide.shared is not None:
         return _shared_report(key, guide.shared, clock() - start)
     if guide is not None:
@@ -299,11 +299,17 @@ class _Search:
         self.idle = 0
 
     def enqueue_first(self, related: list[Entry]) -> None:
-        """The heuristic default first (a tuned result is never worse than the untuned one), then the related
-        entries' best configs, the model's seeds, and with the exhaustive strategy every unseen config."""
+        """What an untuned problem is served first (the ranker's pick where one is fitted, then the heuristic
+        default: a tuned result is never worse than the untuned one), then the related entries' best configs,
+        the model's seeds, and with the exhaustive strategy every unseen config."""
         spec, seen, guide = self.spec, self.seen, self.guide
-        heuristic = dict(spec.heuristic(self.problem, self.device))
-        queue = [heuristic] if heuristic not in seen else []
+        untuned = [dict(spec.heuristic(self.problem, self.device))]
+        if guide is not None and guide.first is not None:
+            untuned.insert(0, guide.first)
+        queue: list[dict[str, Value]] = []
+        for config in untuned:
+            if config not in seen and config not in queue:
+                queue.append(config)
         warm = _warm_configs(spec, self.problem, self.device, related, seen, queue)
         queue += warm
         self.report.warm_started = len(warm)
@@ -480,5 +486,3 @@ def _recorded_entry(
         return replace(previous, trials=tuple(seen.by_id.values()))
     ok = seen.ok()
     return _entry(key, ok[0], device, options, timer_label, seen) if ok else None
-
-
