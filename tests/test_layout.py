@@ -27,8 +27,9 @@ SOURCES = {
     "tunekit.kernels": ROOT / "kernels",
     "tunekit.search_spaces": ROOT / "search_spaces",
 }
-# The runtime's ways into the tuning layer: tuning on a miss, and the untuned pick (the model, without Optuna).
-RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate", "tunekit.tuning.untuned"}
+# The runtime's ways into the tuning layer: tuning on a miss, the untuned pick (the model, without Optuna), and
+# torch's time as the tuner recorded it in an entry.
+RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Justified exceptions, with the reason.

@@ -193,7 +193,7 @@ def main() -> None:
     for ranker in write_shipped(load_all(shipped_table_files())):
         print(
             f"{ranker.kernel}: {len(ranker.weights)} weights, loop step {ranker.loop_step_clk}, "
-            f"{len(ranker.fitted_on)} tables"
+            f"{len(ranker.fitted_on)} tables, confident: {ranker.confident}"
         )
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint, fingerprint
@@ -34,12 +33,13 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
+from tunekit.tuning.torch_candidate import TORCH_CANDIDATE, torch_time
 from tunekit.tuning.untuned import model_pick
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "torch", "nearest", "model", "heuristic", "tuned")
-TORCH: Config = MappingProxyType({"implementation": "torch"})  # served config meaning "run torch's own op"
+LAYERS = ("cache", "shipped", "torch-measured", "torch", "nearest", "model", "heuristic", "tuned")
+TORCH: Config = TORCH_CANDIDATE  # served config meaning "run torch's own op" (one object: ops test `is TORCH`)
 TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
 UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
 
@@ -73,11 +73,11 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     if store is not None:
         entry = store.get(key)
         if entry is not None and spec.space.is_valid(entry.config, problem, device):
-            return Resolution("cache", entry.config, entry)
+            return _tuned(spec, "cache", entry, device)
     shipped = shipped_entries()
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
-        return Resolution("shipped", entry.config, entry)
+        return _tuned(spec, "shipped", entry, device)
     if spec.name in TORCH_FALLBACK and not device.is_interpreter and settings.untuned() == "torch":
         return Resolution("torch", TORCH)
     local = list(store.entries()) if store is not None else []
@@ -88,6 +88,15 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     if pick is not None:
         return Resolution("model", pick)
     return Resolution("heuristic", spec.heuristic(problem, device))
+
+
+def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
+    """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
+    torch_candidate: torch is a candidate like any config)."""
+    torch_ms = torch_time(entry.provenance)
+    if torch_ms is not None and torch_ms <= entry.time_ms and spec.name in TORCH_FALLBACK and not device.is_interpreter:
+        return Resolution("torch-measured", TORCH, entry)
+    return Resolution(layer, entry.config, entry)
 
 
 def _open_store() -> Store | None:

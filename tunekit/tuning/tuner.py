@@ -38,6 +38,7 @@ from tunekit.tuning.guide import ModelGuide
 from tunekit.tuning.ranker import Ranker
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
+from tunekit.tuning.torch_candidate import PROVENANCE_KEY, candidate_time
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
 
 if TYPE_CHECKING:
@@ -218,10 +219,12 @@ def tune(
     search = _Search(spec, problem, device, options, key, study, seen, valid, guide, budget, rng)
     search.report.stored_trials = stored
     search.enqueue_first([*warm_start, *(guide.nearest if guide else ())])
+    supplied = bench
     owned, bench = _bench_for(search, bench, timer, timer_json)
     try:
         search.run(bench, clock, start, on_trial, checkpoint)
         best = confirm_best(seen, options.remeasure_top, bench.retime)
+        torch_ms = candidate_time(spec, problem, options.seed, timer, supplied) if best is not None else None
     finally:
         if owned is not None:
             owned.close()
@@ -229,7 +232,7 @@ def tune(
     if best is None:
         raise _all_failed(spec, problem)
     search.report.elapsed_s = clock() - start
-    search.report.entry = _entry(key, best, device, options, bench.label, seen)
+    search.report.entry = _entry(key, best, device, options, bench.label, seen, torch_ms)
     return search.report
 
 
@@ -454,7 +457,9 @@ def _entry(
     options: TuneOptions,
     timer_label: str,
     seen: Candidates,
+    torch_ms: float | None = None,
 ) -> Entry:
+    measured_torch = {} if torch_ms is None else {PROVENANCE_KEY: round(torch_ms, 6)}
     return Entry(
         key=key,
         config=dict(best.config),
@@ -467,6 +472,7 @@ def _entry(
             "timer": timer_label,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "origin": "local",
+            **measured_torch,
         },
         trials=tuple(seen.by_id.values()),
     )

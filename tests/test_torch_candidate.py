@@ -1,0 +1,81 @@
+"""torch as a tuning candidate: the tuner times it after the search and keeps its time with the entry; dispatch then
+serves torch's op for a tuned problem whose best Triton config is not faster (on a GPU only)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from fingerprints import H200, H200_LIMITS, INTERPRETER
+from test_tuner_model import RAW, SPEC, PlantedBench
+
+from tunekit.core.space import config_id
+from tunekit.kernels.gemm.problem import make_problem
+from tunekit.runtime import dispatch
+from tunekit.store.store import Store
+from tunekit.tuning import torch_candidate
+from tunekit.tuning.bench import WallClockTimer
+from tunekit.tuning.tuner import TuneOptions, tune
+
+PROBLEM = make_problem(1000, 3000, 2000, "bfloat16", has_bias=True)
+
+
+class TimesTorch(PlantedBench):
+    """A planted bench that can also time torch (as a simulated device with a torch column would)."""
+
+    def __init__(self, times: dict, torch_ms: float) -> None:
+        super().__init__(times)
+        self.torch_ms = torch_ms
+
+    def time_torch(self) -> float:
+        return self.torch_ms
+
+
+def tuned_entry(bench: PlantedBench):
+    options = TuneOptions(trials=3, ranker=RAW)
+    return tune(SPEC, PROBLEM, H200, options, bench=bench, limits=H200_LIMITS).entry
+
+
+def test_the_tuner_keeps_torchs_time_with_the_entry() -> None:
+    entry = tuned_entry(TimesTorch({}, torch_ms=0.75))
+    assert entry.provenance["torch_ms"] == 0.75 and entry.time_ms == 1.0
+    assert torch_candidate.torch_time(entry.provenance) == 0.75
+    # a supplied bench that cannot time torch (a simulated device): nothing recorded
+    assert "torch_ms" not in tuned_entry(PlantedBench()).provenance
+
+
+def test_torch_is_not_timed_in_the_interpreter() -> None:
+    assert torch_candidate.time_torch(SPEC, PROBLEM, 0, WallClockTimer()) is None
+
+
+@pytest.mark.parametrize("value", [None, "0.5", True, -1.0, 0])
+def test_a_malformed_torch_time_is_ignored(value) -> None:
+    assert torch_candidate.torch_time({} if value is None else {"torch_ms": value}) is None
+
+
+@pytest.mark.parametrize(
+    ("torch_ms", "device", "served"),
+    [
+        (0.75, H200, "torch-measured"),  # torch measured faster: its op runs
+        (1.0, H200, "torch-measured"),  # a tie: torch (nothing says the kernel is faster)
+        (1.25, H200, "cache"),  # the tuned config is faster
+        (0.75, INTERPRETER, "cache"),  # the interpreter runs the kernels it tests
+    ],
+)
+def test_dispatch_serves_torch_where_the_tuner_measured_it_at_least_as_fast(
+    isolated_cache, monkeypatch, torch_ms, device, served
+) -> None:
+    monkeypatch.setattr(dispatch, "TORCH_FALLBACK", {"gemm"})
+    entry = tuned_entry(TimesTorch({}, torch_ms=torch_ms))
+    entry = dataclasses.replace(entry, key=dataclasses.replace(entry.key, device_key=device.key))
+    store = Store()
+    try:
+        store.put(entry)
+        resolution = dispatch.resolve(SPEC, PROBLEM, device, store)
+    finally:
+        store.close()
+    assert resolution.layer == served and resolution.entry is not None
+    if served == "torch-measured":
+        assert resolution.config is dispatch.TORCH
+    else:
+        assert config_id(resolution.config) == config_id(entry.config)
