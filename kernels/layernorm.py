@@ -233,10 +233,10 @@ def reference(inputs: Inputs) -> Outputs:
     return (F.layer_norm(x.float(), (x.shape[1],), w, b, eps).to(x.dtype),)
 
 
-def torch_baseline(inputs: Inputs) -> torch.Tensor:
+def torch_baseline(inputs: Inputs) -> Outputs:
     """What a user runs today: torch's LayerNorm in the input dtype."""
     x, weight, bias, eps = inputs
-    return F.layer_norm(x, (x.shape[1],), weight, bias, eps)
+    return (F.layer_norm(x, (x.shape[1],), weight, bias, eps),)
 
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:

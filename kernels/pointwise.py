@@ -212,14 +212,14 @@ def reference(inputs: Inputs) -> Outputs:
     return (v.to(x.dtype),)
 
 
-def torch_baseline(inputs: Inputs) -> torch.Tensor:
+def torch_baseline(inputs: Inputs) -> Outputs:
     """What a user writes without tunekit: one eager torch op per step, in the input dtype."""
     x, bias, residual, scale, activation = inputs
     v = x * scale if scale != 1.0 else x
     if bias is not None:
         v = v + bias
     v = torch_activation(v, activation)
-    return v + residual if residual is not None else v
+    return (v + residual if residual is not None else v,)
 
 
 def pointwise_problem(

@@ -232,13 +232,35 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     )
 
 
-def alloc_outputs(inputs: Inputs) -> Outputs:
+def _outputs(inputs: Inputs, index_dtype: torch.dtype) -> Outputs:
     x, op, axis = inputs
     shape = (x.shape[0],) if axis == "inner" else (x.shape[0], x.shape[2])
     values = torch.empty(shape, device=x.device, dtype=x.dtype)
     if op != "max":
         return (values,)
-    return (values, torch.empty(shape, device=x.device, dtype=SPEC_INDEX_DTYPE))
+    return (values, torch.empty(shape, device=x.device, dtype=index_dtype))
+
+
+def alloc_outputs(inputs: Inputs) -> Outputs:
+    return _outputs(inputs, SPEC_INDEX_DTYPE)
+
+
+def torch_reduction(inputs: Inputs, outputs: Outputs) -> None:
+    """torch's own reduction into the outputs the kernel would have written: what tunekit.ops runs where dispatch
+    serves torch. Dim 1 is the reduced one of [M, N] (inner) and of [B, M, N] (outer); max's indices are int64."""
+    x, op, _ = inputs
+    if op == "max":
+        torch.max(x, 1, out=(outputs[0], outputs[1]))
+    else:
+        (torch.sum if op == "sum" else torch.mean)(x, 1, out=outputs[0])
+
+
+def torch_baseline(inputs: Inputs) -> Outputs:
+    """What a user runs without tunekit: torch.sum / mean / max in the input dtype, int64 indices (as the ops
+    allocate them; the integer check compares them exactly with the reference's)."""
+    outputs = _outputs(inputs, torch.int64)
+    torch_reduction(inputs, outputs)
+    return outputs
 
 
 def reference(inputs: Inputs) -> Outputs:

@@ -162,10 +162,10 @@ def reference(inputs: Inputs) -> Outputs:
     return (_rms_norm_fp32(x, weight, eps).to(x.dtype),)
 
 
-def torch_baseline(inputs: Inputs) -> torch.Tensor:
+def torch_baseline(inputs: Inputs) -> Outputs:
     """What a user runs today: torch's RMSNorm in the input dtype."""
     x, weight, eps = inputs
-    return torch.nn.functional.rms_norm(x, (x.shape[1],), weight, eps)
+    return (torch.nn.functional.rms_norm(x, (x.shape[1],), weight, eps),)
 
 
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:

@@ -191,6 +191,21 @@ def reference(inputs: Inputs) -> Outputs:
     return (fn(x.double(), dim=-1).to(x.dtype),)
 
 
+def torch_softmax(inputs: Inputs, outputs: Outputs) -> None:
+    """torch's own softmax (log_softmax) over the last dim into the output the kernel would have written: what
+    tunekit.ops runs where dispatch serves torch (the aten op torch.softmax calls, with an out= tensor)."""
+    x, log = inputs
+    (y,) = outputs
+    (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x, -1, False, out=y)
+
+
+def torch_baseline(inputs: Inputs) -> Outputs:
+    """What a user runs without tunekit: torch's softmax (log_softmax) over the last dim, in the input dtype."""
+    outputs = alloc_outputs(inputs)
+    torch_softmax(inputs, outputs)
+    return outputs
+
+
 def make_inputs(problem: Problem, device: torch.device, seed: int) -> Inputs:
     rows, cols, dtype = int(problem["rows"]), int(problem["cols"]), DTYPES[str(problem["dtype"])]
     # A spread of 3 makes the row max matter (exp overflows without it); an offset catches a lost max shift.

@@ -259,7 +259,8 @@ def test_spec_reference_agrees_with_torch() -> None:
     x, bias, residual, scale, activation = inputs = SPEC.make_inputs(problem, torch.device("cpu"), 0)
     (ref,) = SPEC.reference(inputs)
     torch.testing.assert_close(ref, reference64(x, bias, residual, activation, scale), atol=0, rtol=0)
-    assert_matches(SPEC.torch_baseline(inputs), ref, "torch baseline")
+    (baseline,) = SPEC.torch_baseline(inputs)
+    assert_matches(baseline, ref, "torch baseline")
 
 
 def test_default_problems_tune_cleanly_and_match_their_inputs() -> None:

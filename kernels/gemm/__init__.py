@@ -39,6 +39,8 @@ from tunekit.kernels.gemm.problem import (
     make_problem,
     problem_from_shape,
     reference,
+    torch_baseline,
+    torch_gemm,
 )
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
@@ -90,4 +92,6 @@ __all__ = [
     "reference",
     "smem_bytes",
     "tensors_aligned16",
+    "torch_baseline",
+    "torch_gemm",
 ]

@@ -9,7 +9,15 @@ import torch
 
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey
-from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, normal_sampler, torch_activation
+from tunekit.kernels.common import (
+    TORCH_ACTIVATIONS,
+    cdiv,
+    check_shape,
+    element_bytes,
+    next_pow2,
+    normal_sampler,
+    torch_activation,
+)
 from tunekit.kernels.gemm.host import layout_of, tensors_aligned16
 from tunekit.search_spaces.gemm import SPACE, has_tma, is_aligned16
 
@@ -44,6 +52,26 @@ def reference(inputs: Inputs) -> Outputs:
     a, b, bias, residual, activation, alpha, beta = inputs
     acc = a.double() @ b.double()
     return (epilogue_reference(acc, bias, residual, activation, alpha, beta).to(a.dtype),)
+
+
+def torch_gemm(inputs: Inputs) -> torch.Tensor:
+    """The GEMM of the kernel's inputs in torch's own ops, in the input dtype: cuBLAS's mm or addmm (bias and alpha
+    fused), then torch applying the epilogue cuBLASLt does not fuse. What tunekit.ops.matmul and linear run where
+    dispatch serves torch (linear's replayed calls run F.linear: the same addmm or mm, alpha and beta being 1)."""
+    a, b, bias, residual, activation, alpha, beta = inputs
+    if bias is None:
+        z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
+    else:  # alpha scales the product only: act(alpha * a @ b + bias)
+        z = torch.addmm(bias, a, b, alpha=alpha)
+    y = TORCH_ACTIVATIONS[activation](z)
+    if residual is not None:
+        y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
+    return y
+
+
+def torch_baseline(inputs: Inputs) -> Outputs:
+    """What a user runs without tunekit: torch_gemm, the op's torch branch, on the kernel's inputs as they are."""
+    return (torch_gemm(inputs),)
 
 
 def _operand(rows: int, cols: int, layout: str, pad: int, randn) -> torch.Tensor:

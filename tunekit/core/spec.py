@@ -66,6 +66,8 @@ class KernelSpec:
     - `reference(inputs)` returns the expected outputs (torch, computed in higher precision).
     - `make_inputs(problem, device, seed)` returns random inputs (never zeros) for a problem.
     - `problem_from_shape(shape, dtype)` parses a user-given shape (CLI) into a problem.
+    - `torch_baseline(inputs)` (optional) returns the outputs torch's own ops compute in the input dtype, what the
+      kernel's op runs where dispatch serves torch: outputs like `reference`'s, so the same check compares them.
     - `key_of(inputs)` is the problem key (in `problem_fields` order) of a launch's inputs: what an op dispatches
       on, so `key_of(make_inputs(problem, ...)) == problem_key(problem)`. It runs on every op call: keep it cheap.
 
@@ -91,7 +93,7 @@ class KernelSpec:
     version: int
     shape_help: str = ""
     # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.
-    torch_baseline: Callable[[Inputs], Any] | None = None
+    torch_baseline: Callable[[Inputs], Outputs] | None = None
     key_of: Callable[[Inputs], ProblemKey] = _no_key
     # The tile geometry the quantization model reads (tunekit/core/geometry.py); None: the tuner searches unmodelled.
     model: KernelModel | None = None

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
-from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of
+from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import TORCH, dispatcher
@@ -114,7 +114,7 @@ def _gemm_2d(g: _Gemm) -> torch.Tensor:
         residual = residual.contiguous()
     out = torch.empty((m, n), device=a.device, dtype=a.dtype)
     g = _Gemm(a, b, bias, residual, activation, alpha, beta)
-    return out if dispatch_launch(_GEMM, g, (out,)) else _torch_gemm(g)
+    return out if dispatch_launch(_GEMM, g, (out,)) else torch_gemm(g)
 
 
 def _torch_trains_it(g: _Gemm) -> bool:
@@ -130,19 +130,6 @@ def _torch_trains_it(g: _Gemm) -> bool:
     dy = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
     problems = (g, _Gemm(dy, b.T), _Gemm(a.T, dy))
     return any(_GEMM.config(_GEMM.spec.key_of(p)) is TORCH for p in problems)
-
-
-def _torch_gemm(g: _Gemm) -> torch.Tensor:
-    """cuBLAS through torch, with torch applying the epilogue cuBLASLt does not fuse (dispatch served TORCH)."""
-    a, b, bias, residual, activation, alpha, beta = g
-    if bias is None:
-        z = torch.mm(a, b) if alpha == 1.0 else torch.mm(a, b).mul_(alpha)
-    else:  # alpha scales the product only: act(alpha * a @ b + bias)
-        z = torch.addmm(bias, a, b, alpha=alpha)
-    y = TORCH_ACTIVATIONS[activation](z)
-    if residual is not None:
-        y = y + residual if beta == 1.0 else y.add(residual, alpha=beta)
-    return y
 
 
 def _linear_gemm(
@@ -219,7 +206,7 @@ def _gemm_op(g: _Gemm) -> torch.Tensor:
 
 def _torch_matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, **epilogue: Any) -> torch.Tensor:
     """matmul where dispatch served TORCH (a replayed call: matmul has validated its arguments)."""
-    return _torch_gemm(_Gemm(a, b, activation=_check_activation(activation), **epilogue))
+    return torch_gemm(_Gemm(a, b, activation=_check_activation(activation), **epilogue))
 
 
 def _torch_linear(
@@ -265,7 +252,7 @@ def matmul(
     _check_epilogue_tensors(bias, residual, (a.shape[0], b.shape[1]), dtype, a)
     g = _Gemm(a, b, bias, residual, act, alpha_f, beta_f)
     if grads_flow(a, b, bias, residual) and _torch_trains_it(g):
-        return _torch_gemm(g)
+        return torch_gemm(g)
     if use_custom_op(a, b, bias, residual):
         return _gemm_op(g)
     return _gemm_2d(g)

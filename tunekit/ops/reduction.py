@@ -31,6 +31,8 @@ from torch.library import CustomOpDef
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
+from tunekit.kernels.reduction import torch_reduction
+from tunekit.kernels.softmax import torch_softmax
 from tunekit.ops._checks import check_device, use_custom_op
 from tunekit.ops._launch import dispatch_launch
 from tunekit.runtime.dispatch import dispatcher
@@ -183,16 +185,9 @@ def _run_reduction(op: str, layout: _Layout, values: torch.Tensor, indices: torc
         if inner > 1 and x.stride(2) != 1:
             x = x.contiguous()
     outputs = (values.view(kept),) if indices is None else (values.view(kept), indices.view(kept))
-    if not dispatch_launch(_REDUCTION, (x, op, axis), outputs):
-        _torch_reduction(op, x, 1, outputs)
-
-
-def _torch_reduction(op: str, x: torch.Tensor, dim: int, outputs: tuple[torch.Tensor, ...]) -> None:
-    """torch's own reduction, written into the outputs the kernel would have written (dispatch served TORCH)."""
-    if op == "max":
-        torch.max(x, dim, out=(outputs[0], outputs[1]))
-    else:
-        (torch.sum if op == "sum" else torch.mean)(x, dim, out=outputs[0])
+    inputs = (x, op, axis)
+    if not dispatch_launch(_REDUCTION, inputs, outputs):
+        torch_reduction(inputs, outputs)
 
 
 def _reduced_size(input: torch.Tensor, dims: list[int]) -> int:
@@ -335,7 +330,7 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool
             x2 = x2.contiguous()
         y2 = ym.view(-1, n)
         if not dispatch_launch(_SOFTMAX, (x2, log), (y2,)):  # torch's own softmax, into the same output
-            (torch.ops.aten._log_softmax.out if log else torch.ops.aten._softmax.out)(x2, -1, False, out=y2)
+            torch_softmax((x2, log), (y2,))
     if ndim == 0:
         return ym.reshape(())
     return ym if last else ym.movedim(-1, dim)
