@@ -79,3 +79,17 @@ def test_dispatch_serves_torch_where_the_tuner_measured_it_at_least_as_fast(
         assert resolution.config is dispatch.TORCH
     else:
         assert config_id(resolution.config) == config_id(entry.config)
+
+
+def test_storing_keeps_torchs_time_when_a_checkpoint_already_holds_the_best(isolated_cache) -> None:
+    """tune_and_store checkpoints the entry during the search (no torch time yet) and stores the final entry
+    after: the merge must keep the final entry's torch time even where the checkpoint's best wins the merge."""
+    final = tuned_entry(TimesTorch({}, torch_ms=0.75))
+    checkpoint = dataclasses.replace(final, provenance={k: v for k, v in final.provenance.items() if k != "torch_ms"})
+    store = Store()
+    try:
+        store.put(checkpoint)
+        stored = store.put(dataclasses.replace(final, time_ms=final.time_ms * 1.01))  # retimed a little slower
+    finally:
+        store.close()
+    assert stored.time_ms == checkpoint.time_ms and stored.provenance["torch_ms"] == 0.75

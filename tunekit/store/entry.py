@@ -58,14 +58,22 @@ class Entry:
         )
 
 
+TORCH_MS = "torch_ms"  # provenance: torch's own op timed by the tuning run (tunekit.tuning.torch_candidate)
+
+
 def merge_entries(old: Entry, new: Entry) -> Entry:
-    """Keep the faster best; keep every trial measured by either (the newer record wins per config)."""
+    """Keep the faster best; keep every trial measured by either (the newer record wins per config), and the newer
+    timing of torch's op (a run's last entry has it, the checkpoints stored during its search do not)."""
     if old.key != new.key:
         raise ValueError("merge_entries needs entries with the same key")
     trials: dict[Any, TrialRecord] = {config_id(t.config): t for t in old.trials}
     trials.update({config_id(t.config): t for t in new.trials})
     winner = new if _faster(new.time_ms, old.time_ms) else old
-    return replace(winner, trials=tuple(trials.values()))
+    provenance = dict(winner.provenance)
+    torch_ms = new.provenance.get(TORCH_MS, old.provenance.get(TORCH_MS))
+    if torch_ms is not None:
+        provenance[TORCH_MS] = torch_ms
+    return replace(winner, trials=tuple(trials.values()), provenance=provenance)
 
 
 def _faster(a: float, b: float) -> bool:

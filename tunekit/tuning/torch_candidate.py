@@ -15,10 +15,11 @@ from typing import Any
 from tunekit.core import backend
 from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
+from tunekit.store.entry import TORCH_MS
 from tunekit.tuning.bench import Timer
 
 TORCH_CANDIDATE: Mapping[str, str] = MappingProxyType({"implementation": "torch"})  # what a timer is told it times
-PROVENANCE_KEY = "torch_ms"  # the entry's provenance field holding torch's time
+PROVENANCE_KEY = TORCH_MS  # the entry's provenance field holding torch's time
 
 
 def time_torch(spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> float | None:
