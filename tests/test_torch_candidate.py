@@ -93,3 +93,15 @@ def test_storing_keeps_torchs_time_when_a_checkpoint_already_holds_the_best(isol
     finally:
         store.close()
     assert stored.time_ms == checkpoint.time_ms and stored.provenance["torch_ms"] == 0.75
+
+
+def test_tune_prints_torchs_time_and_who_serves() -> None:
+    from tunekit.cli.views import TuneResult
+
+    bench = TimesTorch({}, torch_ms=0.75)
+    report = tune(SPEC, PROBLEM, H200, TuneOptions(trials=3, ranker=RAW), bench=bench, limits=H200_LIMITS)
+    result = TuneResult(SPEC, PROBLEM, report, report.entry, heuristic_ms=1.0, interpreter=False)
+    assert result.timing() == "1.0000 ms, heuristic 1.0000 ms (1.00x), torch 0.7500 ms (0.75x), torch serves it"
+    assert result.to_json()["torch_ms"] == 0.75
+    slower = dataclasses.replace(report.entry, provenance={**report.entry.provenance, "torch_ms": 2.0})
+    assert dataclasses.replace(result, entry=slower).timing().endswith("torch 2.0000 ms (2.00x)")

@@ -63,14 +63,24 @@ class TuneResult:
         return f"{r.benchmarked} measured, {r.reused} reused, {stored} stored ({r.stop_reason})"
 
     def timing(self) -> str:
-        """Tuned time against the heuristic's; nothing in the interpreter, whose timings mean nothing."""
+        """Tuned time against the heuristic's and torch's; nothing in the interpreter, whose timings mean nothing."""
         if self.interpreter:
             return ""
         text = f"{self.entry.time_ms:.4f} ms"
-        if self.heuristic_ms:
-            speedup = self.heuristic_ms / self.entry.time_ms if self.entry.time_ms > 0 else float("inf")
-            text += f", heuristic {self.heuristic_ms:.4f} ms ({speedup:.2f}x)"
+        for name, other in (("heuristic", self.heuristic_ms), ("torch", self.torch_ms)):
+            if other:
+                speedup = other / self.entry.time_ms if self.entry.time_ms > 0 else float("inf")
+                text += f", {name} {other:.4f} ms ({speedup:.2f}x)"
+        if self.torch_ms is not None and self.torch_ms <= self.entry.time_ms:
+            text += ", torch serves it"  # tunekit.runtime.dispatch: the torch-measured layer
         return text
+
+    @property
+    def torch_ms(self) -> float | None:
+        """torch's op timed by the tuning run (tunekit.tuning.torch_candidate), or None."""
+        from tunekit.tuning.torch_candidate import torch_time
+
+        return torch_time(self.entry.provenance)
 
     def line(self) -> str:
         """The whole result on one line (logs, pipes)."""
@@ -102,6 +112,7 @@ class TuneResult:
             "config": dict(self.entry.config),
             "time_ms": self.entry.time_ms,
             "heuristic_ms": self.heuristic_ms,
+            "torch_ms": self.torch_ms,
             "timer": self.entry.provenance.get("timer"),
             "measured": r.benchmarked,
             "reused": r.reused,
