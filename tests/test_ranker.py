@@ -75,7 +75,7 @@ def planted_tables() -> list[TimingTable]:
 def test_the_fit_recovers_a_planted_error_and_leaves_other_kernels_alone(planted_tables, monkeypatch) -> None:
     monkeypatch.setattr(ranker_fit, "LOOP_STEP_GRID", (None,))  # the arch's own step: as the tables were planted
     ranker = ranker_fit.fit_ranker("gemm", planted_tables)
-    assert ranker.fitted_on == tuple(sorted(ranker_fit.table_label(t) for t in planted_tables))
+    assert ranker.fitted_on == tuple(sorted(ranker_fit.table_name(t) for t in planted_tables))
     # the planted features are recovered; others stay near zero (only the per-table mean is free)
     assert ranker.weights["log2:num_warps"] == pytest.approx(0.4, abs=0.05)
     assert ranker.weights["variant=tma"] - ranker.weights.get("variant=grouped", 0.0) == pytest.approx(-0.3, abs=0.05)

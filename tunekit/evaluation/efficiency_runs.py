@@ -16,10 +16,16 @@ import optuna
 import torch
 
 from tunekit.core.errors import TunekitError
-from tunekit.core.registry import get_spec
 from tunekit.evaluation.efficiency_records import Run, TableInfo, near_best
 from tunekit.evaluation.ranker_fit import fit_ranker
-from tunekit.evaluation.simulate import CandidateCost, SimulatedClock, check_table, simulate_tune
+from tunekit.evaluation.simulate import (
+    CandidateCost,
+    SimulatedClock,
+    check_table,
+    heuristic_ms,
+    simulate_tune,
+    table_name,
+)
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.ranker import Ranker
@@ -30,21 +36,6 @@ from tunekit.tuning.ranker import Ranker
 # minutes; later hits are censored (">30"). The other strategies run up to the space size.
 GP_TRIAL_CAP = 30
 MODEL_STRATEGY = "model"  # the strategy that reads a ranker (tunekit.tuning.ranker)
-
-
-def table_name(table: TimingTable) -> str:
-    """Kernel, problem and device: the same problem is recorded on several devices (issue 19's H100 tables)."""
-    problem = ",".join(f"{k}={v}" for k, v in table.problem.items())
-    return f"{table.kernel}[{problem}]@{table.fingerprint.label}"
-
-
-def _heuristic_ms(table: TimingTable) -> float | None:
-    try:
-        heuristic = get_spec(table.kernel).heuristic(table.problem, table.fingerprint)
-    except Exception:  # check_table reports a kernel that cannot be loaded
-        return None
-    row = table.row(heuristic)
-    return row.time_ms if row is not None and row.status == "ok" else None
 
 
 def describe_table(table: TimingTable) -> TableInfo:
@@ -68,7 +59,7 @@ def describe_table(table: TimingTable) -> TableInfo:
         n_configs=len(table.rows),
         best_ms=best_ms,
         best_config=best_config,
-        heuristic_ms=_heuristic_ms(table),
+        heuristic_ms=heuristic_ms(table),
         problems=problems,
         near_best_configs=0
         if best_ms is None

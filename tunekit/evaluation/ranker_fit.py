@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tunekit.core.registry import get_spec
-from tunekit.evaluation.simulate import check_table
+from tunekit.evaluation.simulate import check_table, heuristic_ms, table_name
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.tuning import model
 from tunekit.tuning.ranker import WEIGHTS_FILE, Ranker
@@ -42,11 +42,6 @@ class _Sample:
     matrices: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, compare=False)
 
 
-def table_label(table: TimingTable) -> str:
-    problem = ",".join(f"{k}={v}" for k, v in table.problem.items())
-    return f"{table.kernel}[{problem}]@{table.fingerprint.label}"
-
-
 def usable(table: TimingTable) -> bool:
     return bool(table.ok_rows()) and not any(p.startswith("error") for p in check_table(table))
 
@@ -55,7 +50,7 @@ _SAMPLES: dict[tuple[str, str, str, float | None], _Sample | None] = {}  # a lea
 
 
 def _sample(table: TimingTable, loop_step_clk: float | None) -> _Sample | None:
-    key = (table_label(table), table.source_hash, table.recorded, loop_step_clk)
+    key = (table_name(table), table.source_hash, table.recorded, loop_step_clk)
     if key not in _SAMPLES:
         _SAMPLES[key] = _compute_sample(table, loop_step_clk)
     return _SAMPLES[key]
@@ -106,13 +101,15 @@ def _solve(samples: Sequence[_Sample], names: Sequence[str]) -> np.ndarray:
     return np.linalg.solve(lhs, rhs)
 
 
+def _pick_ratio(sample: _Sample, names: Sequence[str], coef: np.ndarray) -> float:
+    """The time of the config ranked first (modelled time corrected by `coef`) over the table's best."""
+    score = sample.log_modelled + (_matrix(sample, names) @ coef if len(names) else 0.0)
+    return float(sample.times[int(np.argmin(score))] / sample.times.min())
+
+
 def _first_pick_loss(samples: Sequence[_Sample], names: Sequence[str], coef: np.ndarray) -> float:
     """Mean over tables of log(time of the ranker's first pick / the table's best)."""
-    losses = []
-    for s in samples:
-        score = s.log_modelled + _matrix(s, names) @ coef
-        losses.append(math.log(s.times[int(np.argmin(score))] / s.times.min()))
-    return sum(losses) / len(losses)
+    return sum(math.log(_pick_ratio(s, names, coef)) for s in samples) / len(samples)
 
 
 def fit_ranker(kernel: str, tables: Sequence[TimingTable]) -> Ranker:
@@ -122,7 +119,7 @@ def fit_ranker(kernel: str, tables: Sequence[TimingTable]) -> Ranker:
     more of them than the kernel's hand heuristic is: only then does the tuner measure its pick first and dispatch
     serve it untuned (otherwise the search keeps the uncorrected model and the heuristic).
     """
-    mine = sorted((t for t in tables if t.kernel == kernel and usable(t)), key=table_label)
+    mine = sorted((t for t in tables if t.kernel == kernel and usable(t)), key=table_name)
     ranker = _fit(kernel, mine)
     if not ranker.weights:
         return ranker
@@ -142,21 +139,16 @@ def _first_pick_ratio(table: TimingTable, ranker: Ranker) -> float:
     if sample is None:
         return math.inf
     names = sorted(ranker.weights)
-    score = sample.log_modelled
-    if names:
-        score = score + _matrix(sample, names) @ np.array([ranker.weights[n] for n in names])
-    return float(sample.times[int(np.argmin(score))] / sample.times.min())
+    return _pick_ratio(sample, names, np.array([ranker.weights[n] for n in names]))
 
 
 def _heuristic_ratio(table: TimingTable) -> float:
-    row = table.row(get_spec(table.kernel).heuristic(table.problem, table.fingerprint))
-    if row is None or row.status != "ok" or not row.time_ms:
-        return math.inf
-    return float(row.time_ms / (table.best().time_ms or row.time_ms))
+    ms = heuristic_ms(table)
+    return math.inf if not ms else float(ms / (table.best().time_ms or ms))
 
 
 def _fit(kernel: str, mine: Sequence[TimingTable]) -> Ranker:
-    fitted_on = tuple(table_label(t) for t in mine)
+    fitted_on = tuple(table_name(t) for t in mine)
     if get_spec(kernel).model is None or not mine:
         return Ranker(kernel, {}, None, fitted_on)
     best: tuple[float, Ranker] | None = None

@@ -185,6 +185,22 @@ def simulate_tune(
     return Simulation(report, device)
 
 
+def table_name(table: TimingTable) -> str:
+    """Kernel, problem and device: the same problem is recorded on several devices (issue 19's H100 tables)."""
+    problem = ",".join(f"{k}={v}" for k, v in table.problem.items())
+    return f"{table.kernel}[{problem}]@{table.fingerprint.label}"
+
+
+def heuristic_ms(table: TimingTable) -> float | None:
+    """The recorded time of the kernel's heuristic default for the table's problem; None if it did not run."""
+    try:
+        heuristic = get_spec(table.kernel).heuristic(table.problem, table.fingerprint)
+    except Exception:  # check_table reports a kernel that cannot be loaded
+        return None
+    row = table.row(heuristic)
+    return row.time_ms if row is not None and row.status == "ok" else None
+
+
 def check_table(table: TimingTable) -> list[str]:
     """Why simulating on `table` could mislead: 'error: ...' (do not use it) or 'warning: ...' lines.
 

@@ -34,7 +34,6 @@ from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
 from tunekit.tuning.torch_candidate import TORCH_CANDIDATE, torch_time
-from tunekit.tuning.untuned import model_pick
 
 logger = logging.getLogger("tunekit")
 
@@ -84,6 +83,8 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
     if entry is not None:
         return Resolution("nearest", entry.config, entry)
+    from tunekit.tuning.untuned import model_pick  # the model: only where Triton serves untuned problems
+
     pick = model_pick(spec, problem, device)
     if pick is not None:
         return Resolution("model", pick)

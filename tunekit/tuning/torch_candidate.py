@@ -19,7 +19,6 @@ from tunekit.store.entry import TORCH_MS
 from tunekit.tuning.bench import Timer
 
 TORCH_CANDIDATE: Mapping[str, str] = MappingProxyType({"implementation": "torch"})  # what a timer is told it times
-PROVENANCE_KEY = TORCH_MS  # the entry's provenance field holding torch's time
 
 
 def time_torch(spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> float | None:
@@ -48,5 +47,5 @@ def candidate_time(
 
 def torch_time(entry_provenance: Mapping[str, Any]) -> float | None:
     """torch's time as an entry recorded it, or None."""
-    value = entry_provenance.get(PROVENANCE_KEY)
+    value = entry_provenance.get(TORCH_MS)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None

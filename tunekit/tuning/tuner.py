@@ -30,7 +30,7 @@ from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.errors import InvalidConfigError, TunekitError
 from tunekit.core.space import Config, Problem, Value, config_id
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.entry import TORCH_MS, Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, confirm_best, records_from_study
@@ -38,7 +38,7 @@ from tunekit.tuning.guide import ModelGuide
 from tunekit.tuning.ranker import Ranker
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
-from tunekit.tuning.torch_candidate import PROVENANCE_KEY, candidate_time
+from tunekit.tuning.torch_candidate import candidate_time
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
 
 if TYPE_CHECKING:
@@ -459,7 +459,7 @@ def _entry(
     seen: Candidates,
     torch_ms: float | None = None,
 ) -> Entry:
-    measured_torch = {} if torch_ms is None else {PROVENANCE_KEY: round(torch_ms, 6)}
+    measured_torch = {} if torch_ms is None else {TORCH_MS: round(torch_ms, 6)}
     return Entry(
         key=key,
         config=dict(best.config),
