@@ -136,8 +136,9 @@ def first_pick_hits(kernel: str, tables: Sequence[TimingTable], ranker: Ranker) 
     leave-one-shape-out (without the table's problem), `ranker` itself (fitted on them all: in-sample), and the
     hand heuristic's."""
     held_out = in_sample = heuristic = 0
-    for held in _usable_tables(kernel, tables):
-        others = [t for t in tables if t.kernel == kernel and usable(t) and t.problem != held.problem]
+    mine = _usable_tables(kernel, tables)
+    for held in mine:
+        others = [t for t in mine if t.problem != held.problem]
         held_out += _first_pick_ratio(held, _fit(kernel, others)) <= FIRST_PICK_WITHIN
         in_sample += _first_pick_ratio(held, ranker) <= FIRST_PICK_WITHIN
         heuristic += _heuristic_ratio(held) <= FIRST_PICK_WITHIN
