@@ -468,3 +468,31 @@ def test_a_bad_cap_is_refused_naming_the_variable(isolated_cache, monkeypatch, v
     with Store() as store, pytest.raises(TunekitError, match=message):
         store.put(make_entry(fingerprint(), 1.0))
     assert len(Store()) == 0
+
+
+def test_a_journal_unlinked_while_it_is_checked_is_another_writers_not_a_crafted_file(tmp_path, monkeypatch):
+    """Eight writers at once (test_concurrency) once saw a journal whose lstat said 0 links: a concurrent writer
+    had just unlinked it. That is a transaction ending, not a hard link planted beside the store."""
+    import os as real_os
+    import stat as stat_module
+
+    from tunekit.store import file_safety
+
+    store = Store(tmp_path / "store")
+    try:
+        store.put(make_entry(H200, 1.0))
+    finally:
+        store.close()
+    db = tmp_path / "store" / file_safety.DB_NAME
+    real_lstat = real_os.lstat
+
+    def lstat(name, *args, **kwargs):
+        if str(name).endswith("-journal"):
+            st = real_lstat(db)
+            fields = list(st)
+            fields[stat_module.ST_NLINK] = 0
+            return real_os.stat_result(fields)
+        return real_lstat(name, *args, **kwargs)
+
+    monkeypatch.setattr(file_safety.os, "lstat", lstat)
+    assert file_safety.check_files(db)  # the database is checked, the vanished journal skipped

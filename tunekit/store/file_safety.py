@@ -36,6 +36,8 @@ def check_files(path: Path) -> bool:
             continue
         if not stat.S_ISREG(st.st_mode):
             raise Refused(f"{name} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_nlink == 0 and suffix == "-journal":
+            continue  # another writer's journal, unlinked as we looked (its transaction just ended)
         if st.st_nlink != 1:
             raise Refused(f"{name} has {st.st_nlink} hard links (tunekit's files have one)")
         if suffix in ("-wal", "-shm"):
