@@ -10,9 +10,9 @@ import torch
 from test_autograd import CASES
 
 import tunekit.ops as ops
+from tunekit.core.launch_plan import Replay, TorchCall
 from tunekit.runtime import dispatch, hotpath
 from tunekit.runtime.dispatch import TORCH, Resolution
-from tunekit.runtime.hotpath_plan import Replay, TorchCall
 
 
 @pytest.fixture(autouse=True)

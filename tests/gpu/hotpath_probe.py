@@ -8,7 +8,9 @@
 4. torch.compile(fullgraph=True) and mode="reduce-overhead" after plans exist;
 5. a second GPU where one is present;
 6. the host-cost table (tunekit.host_bench), as served by default and with TUNEKIT_UNTUNED=triton;
-7. with --models: the Llama decode/prefill rows of the model benchmark (eager, tunekit, liger).
+7. what the tuner scores (`tuner_floor`): GPU time, the per-call floor through the JIT path and through the
+   replay the tuner now times, the timer's score, and torch's, on launch-bound and GPU-bound problems;
+8. with --models: the Llama decode/prefill rows of the model benchmark (eager, tunekit, liger).
 """
 
 from __future__ import annotations
@@ -171,6 +173,62 @@ def host_table() -> None:
     dispatch.reset_all()
 
 
+def tuner_floor() -> None:
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.tuning.bench import CudaEventTimer, back_to_back_ms
+    from tunekit.tuning.verify import as_called_eagerly
+
+    cases = [
+        ("layernorm", {"rows": 8, "cols": 1024, "dtype": "float16", "weight": True, "bias": True}),
+        ("softmax", None),
+        ("gemm", None),
+        ("layernorm", {"rows": 8192, "cols": 4096, "dtype": "bfloat16", "weight": True, "bias": True}),
+    ]
+    timer, rows, device = CudaEventTimer(), [], fingerprint()
+    for name, problem in cases:
+        spec = get_spec(name)
+        if problem is None:  # the kernel's problem of a small eager call, as dispatch keys it
+            case = host_bench._cases(8, 1024, torch.float16)["softmax" if name == "softmax" else "linear"]
+            problem = _problem_of(spec, case)
+        inputs = spec.make_inputs(problem, torch.device("cuda"), 0)
+        outputs = spec.alloc_outputs(inputs)
+        config = spec.heuristic(problem, device)
+        import triton.testing
+
+        def jit(spec=spec, config=config, inputs=inputs, outputs=outputs) -> None:
+            spec.launch(config, inputs, outputs)
+
+        def theirs(spec=spec, inputs=inputs) -> object:
+            return spec.torch_baseline(inputs)
+
+        gpu = triton.testing.do_bench(jit, warmup=25, rep=100, return_mode="median")
+        replay = as_called_eagerly(spec, config, inputs, outputs)
+        row = {
+            "kernel": name, "problem": problem, "gpu_ms": gpu, "jit_floor_ms": back_to_back_ms(jit),
+            "replay_floor_ms": back_to_back_ms(replay), "score_ms": timer(replay, config),
+            "torch_score_ms": timer(theirs, {}),
+        }  # fmt: skip
+        rows.append(row)
+    record["tuner_floor"] = rows
+    print("\nwhat the tuner scores (us): gpu | per-call floor, JIT path | floor, replay | score | torch's score")
+    for r in rows:
+        print(
+            f"{r['kernel']:10} {str(r['problem'])[:60]:60} {r['gpu_ms'] * 1e3:7.1f} {r['jit_floor_ms'] * 1e3:7.1f} "
+            f"{r['replay_floor_ms'] * 1e3:7.1f} {r['score_ms'] * 1e3:7.1f} {r['torch_score_ms'] * 1e3:7.1f}"
+        )
+
+
+def _problem_of(spec, case) -> dict:
+    """The problem a host_bench case's first call dispatches for this kernel (recorded, not re-derived)."""
+    from tunekit import record_problems
+
+    op, args, kwargs, _ = case
+    with record_problems() as plan:
+        op(*args, **kwargs)
+    return next(p for k, p in plan.problems if k == spec.name)
+
+
 def models() -> None:
     from tunekit.evaluation.model_bench import Workload, measure, table
 
@@ -183,7 +241,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     parser.add_argument("--models", action="store_true")
-    parser.add_argument("--steps", default="correctness,graph_capture,side_stream,compiled,second_gpu,host_table")
+    parser.add_argument(
+        "--steps", default="correctness,graph_capture,side_stream,compiled,second_gpu,host_table,tuner_floor"
+    )
     opts = parser.parse_args()
     steps = [globals()[name] for name in opts.steps.split(",")]
     if opts.models:

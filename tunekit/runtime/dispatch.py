@@ -19,14 +19,14 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from tunekit.core import settings
+from tunekit.core import launch_watch, settings
 from tunekit.core.device import DeviceFingerprint, fingerprint
 from tunekit.core.errors import CacheError, CacheMissError
 from tunekit.core.identity import explain_change
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
-from tunekit.runtime import hotpath, recorder, watch
+from tunekit.runtime import hotpath, recorder
 from tunekit.store import database
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import Entry
@@ -127,8 +127,8 @@ class Dispatcher:
             config = self._miss(key)
         else:
             self.memo_hits += 1
-        if config is TORCH and watch.watching():
-            watch.note_torch_served()
+        if config is TORCH and launch_watch.watching():
+            launch_watch.note_torch_served()
         return config
 
     def _miss(self, key: ProblemKey) -> Config:

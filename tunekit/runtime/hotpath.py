@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from tunekit.core.launch_plan import TorchCall, build_plan
+from tunekit.core.launch_watch import Watch, watching
 from tunekit.runtime import recorder
 from tunekit.runtime.eager_autograd import runs_tunekit_backward
-from tunekit.runtime.hotpath_plan import TorchCall, build_plan
-from tunekit.runtime.watch import Watch, watching
 
 F = TypeVar("F", bound=Callable[..., Any])
 

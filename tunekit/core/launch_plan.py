@@ -1,4 +1,5 @@
-"""Plans built from a watched call (tunekit/runtime/hotpath.py): what a later call with the same signature runs instead.
+"""Plans built from a watched call: what a later call with the same signature runs instead (the eager hot path,
+tunekit/runtime/hotpath.py), and what the tuner times a candidate through.
 
 A plan refers to tensors by source: the call's tensor arguments first (by position or keyword), then the tensors
 the watched call allocated. Every tensor a launch received is found by pointer inside one source (at an offset
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from tunekit.core import backend
-from tunekit.runtime.watch import Launch, Watch
+from tunekit.core.launch_watch import Launch, Watch
 
 # A source reference: ("src", index) is the source tensor itself; ("ptr", index, offset) its pointer plus offset
 # bytes; ("desc", index, shape, strides, block_shape, padding) a TMA descriptor over it.

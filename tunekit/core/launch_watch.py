@@ -1,6 +1,7 @@
-"""Watching one op call for the hot path (tunekit/runtime/hotpath.py): the kernel launches it made (through
-tunekit's own JIT functions, whose `run` is wrapped once), the tensors it allocated and the other torch ops it ran
-(through a TorchDispatchMode), and whether dispatch served it torch's own implementation."""
+"""Watching one call: the kernel launches it made (through tunekit's own JIT functions, whose `run` is wrapped
+once), the tensors it allocated and the other torch ops it ran (through a TorchDispatchMode), and whether dispatch
+served it torch's own implementation. The eager hot path (tunekit/runtime/hotpath.py) builds its plans from it, and
+the tuner times a candidate through the same plan (tunekit/tuning/verify.py)."""
 
 from __future__ import annotations
 
