@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -59,6 +60,15 @@ def ops_hot() -> list:
 
 
 def graph_capture() -> None:
+    for mode in ("torch", "triton"):
+        os.environ["TUNEKIT_UNTUNED"] = mode
+        dispatch.reset_all()
+        _graph_capture(mode)
+    os.environ["TUNEKIT_UNTUNED"] = "torch"
+    dispatch.reset_all()
+
+
+def _graph_capture(mode: str) -> None:
     x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
     w = torch.randn(1024, device="cuda", dtype=torch.float16)
     lw = torch.randn(1024, 1024, device="cuda", dtype=torch.float16) / 32
@@ -79,11 +89,20 @@ def graph_capture() -> None:
         g.replay()
         torch.cuda.synchronize()
         ok.append(_close(y, F.linear(F.rms_norm(x, (1024,), w, 1e-6), lw)))
-    print(f"cuda graph capture: replays correct {ok}")
-    record["graph"] = ok
+    print(f"cuda graph capture (untuned served by {mode}): replays correct {ok}")
+    record[f"graph_{mode}"] = ok
 
 
 def side_stream() -> None:
+    for mode in ("torch", "triton"):  # torch's kernel, then tunekit's own, behind the same op
+        os.environ["TUNEKIT_UNTUNED"] = mode
+        dispatch.reset_all()
+        _side_stream(mode)
+    os.environ["TUNEKIT_UNTUNED"] = "torch"
+    dispatch.reset_all()
+
+
+def _side_stream(mode: str) -> None:
     x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
     for _ in range(3):
         ops.softmax(x, -1)
@@ -103,10 +122,11 @@ def side_stream() -> None:
     ok = _close(y, torch.softmax(x, -1))
     on_side = bool(marks) and ours == {marks[0]} and (len(marks) < 2 or marks[0] != marks[1])
     print(
-        f"side stream: result correct {ok}; tunekit's softmax on stream {ours}, torch's marker kernels on side then "
+        f"side stream (untuned served by {mode}): result correct {ok}; tunekit's softmax on stream {ours}, "
+        f"torch's marker kernels on side then "
         f"default stream {marks}: {'on the side stream' if on_side else 'NOT on the side stream'}; {kernels}"
     )
-    record["side_stream"] = {"ok": ok, "ours": sorted(map(str, ours)), "marks": marks, "kernels": kernels}
+    record[f"side_stream_{mode}"] = {"ok": ok, "ours": sorted(map(str, ours)), "marks": marks, "kernels": kernels}
 
 
 def compiled() -> None:
@@ -254,5 +274,6 @@ if __name__ == "__main__":
             step()
         except Exception as exc:  # keep the other measurements of this run
             print(f"{step.__name__} failed: {type(exc).__name__}: {exc}")
+            traceback.print_exc()
         print(f"[{step.__name__} {time.time() - t0:.0f} s]", file=sys.stderr)
         (opts.out / "hotpath_probe.json").write_text(json.dumps(record, indent=1, default=str))

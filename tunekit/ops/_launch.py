@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch.library import CustomOpDef
 
-from tunekit.core.spec import Inputs, Outputs
+from tunekit.core.space import Config
+from tunekit.core.spec import Inputs, KernelSpec, Outputs
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime.dispatch import TORCH, Dispatcher
 from tunekit.runtime.eager_autograd import SetupContext, eager_function
@@ -26,8 +27,19 @@ def dispatch_launch(kernel: Dispatcher, inputs: Inputs, outputs: Outputs) -> boo
     config = kernel.config(spec.key_of(inputs))
     if config is TORCH:
         return False
-    spec.launch(config, inputs, outputs)
+    launch_on_their_device(spec, config, inputs, outputs)
     return True
+
+
+def launch_on_their_device(spec: KernelSpec, config: Config, inputs: Inputs, outputs: Outputs) -> None:
+    """Launch on the outputs' GPU. Triton launches on the current device, while torch's ops follow their tensors
+    (a DeviceGuard): a call for another GPU than the current one sets that GPU around the launch, as torch does."""
+    out = outputs[0]
+    if out.is_cuda and out.get_device() != torch.cuda.current_device():
+        with torch.cuda.device(out.device):
+            spec.launch(config, inputs, outputs)
+    else:
+        spec.launch(config, inputs, outputs)
 
 
 def torch_trains_it(backward: Dispatcher, inputs: Inputs, input: torch.Tensor, *leaves: torch.Tensor | None) -> bool:

@@ -26,7 +26,7 @@ import torch
 from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
-from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.ops._launch import dispatch_launch, launch_on_their_device, torch_trains_it
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
@@ -87,7 +87,7 @@ def _pointwise(
     if config is TORCH:
         return _torch_pointwise(input, bias, residual, activation, scale)
     y = torch.empty_like(x)
-    spec.launch(config, inputs, (y,))
+    launch_on_their_device(spec, config, inputs, (y,))
     return y.view(input.shape)
 
 

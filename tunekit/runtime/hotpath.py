@@ -112,9 +112,11 @@ class HotPath:
         tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
         autograd = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         watch = Watch()
-        with _on_device(args, kwargs), watch.active():
-            result = self.op(*args, **kwargs)
-        plan, refusal = build_plan(watch, args, kwargs, result, self.torch_equivalent)
+        with _on_device(args, kwargs):
+            with watch.active():
+                result = self.op(*args, **kwargs)
+            # On the call's GPU: the plan launches on the device its kernels were loaded on.
+            plan, refusal = build_plan(watch, args, kwargs, result, self.torch_equivalent)
         # A call autograd records may only become torch's own op (which records itself), and only where the full
         # path ran torch's alone: a replay records nothing, and a tunekit backward must stay a tunekit backward.
         if autograd and (not isinstance(plan, TorchCall) or runs_tunekit_backward(result, tensors)):
