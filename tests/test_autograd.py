@@ -118,7 +118,8 @@ def untuned_gpu(monkeypatch, tmp_path):
 def test_untuned_problems_run_torch_and_train(name, untuned_gpu):
     _check(name, torch.float32, lambda case: case[1])
     served = {layer for d in untuned_gpu._DISPATCHERS.values() for layer in d.served_by.values()}
-    assert served == {"torch"}, served
+    # No kernel of the op has an entry here, so its calls go straight to torch without consulting dispatch.
+    assert served <= {"torch"} and getattr(ops, name).stats.torch_direct > 0, served
 
 
 def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):

@@ -3,16 +3,22 @@ and gives the full path's results on every op, on odd and strided inputs; calls 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 import torch
+from fingerprints import gpu
 from test_autograd import CASES
+from test_store import make_entry
 
 import tunekit.ops as ops
+from tunekit.core.errors import CacheMissError
 from tunekit.core.launch_plan import Replay, TorchCall
 from tunekit.runtime import dispatch, hotpath
 from tunekit.runtime.dispatch import TORCH, Resolution
+from tunekit.store.store import Store
 
 
 @pytest.fixture(autouse=True)
@@ -249,3 +255,59 @@ def test_a_training_call_with_a_tunekit_backward_is_never_torch(monkeypatch: pyt
     assert type(y.grad_fn).__name__.startswith("LayerNormEager")
     stats = _stats(ops.layer_norm)
     assert (stats.plans, stats.replays, stats.refused) == (0, 0, {"autograd": 1})
+
+
+# A GPU with no shipped database: nothing of tunekit's can serve there until something is tuned for it.
+_UNTUNED_GPU = gpu("nvidia", "NVIDIA A-GPU-nothing-ships-for", "8.9", 128, 101376, 75497472, "12.8")
+
+
+def _on_untuned_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "fingerprint", lambda: _UNTUNED_GPU)
+    dispatch.reset_all()
+
+
+def test_an_op_torch_serves_everywhere_calls_torch_with_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU where no kernel of the op has an entry (the default policy serves torch), a call is torch's own:
+    no signature, no problem key, no dispatch lookup."""
+    _on_untuned_gpu(monkeypatch)
+
+    def no_lookup(*_: object) -> None:
+        raise AssertionError("dispatch was consulted")
+
+    monkeypatch.setattr(dispatch.Dispatcher, "config", no_lookup)
+    x, w, b = torch.randn(4, 40), torch.randn(40), torch.randn(40)
+    for _ in range(3):
+        torch.testing.assert_close(ops.layer_norm(x, (40,), w, b), torch.nn.functional.layer_norm(x, (40,), w, b))
+    assert _stats(ops.layer_norm).torch_direct == 3 and not ops.layer_norm.plans  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kernel", ["layernorm", "layernorm_backward"])
+def test_one_entry_for_the_device_keeps_the_dispatch_path(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry of the op's forward or backward kernel on this device may serve a problem: the op keys its calls
+    again (after reset_all, as after an import); other ops stay torch's."""
+    _on_untuned_gpu(monkeypatch)
+    x, w = torch.randn(4, 40), torch.randn(40)
+    ops.layer_norm(x, (40,), w)
+    ops.rms_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1
+    entry = make_entry(_UNTUNED_GPU, 1.0)
+    with Store() as store:
+        store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel=kernel)))
+    dispatch.reset_all()
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    for _ in range(2):
+        ops.layer_norm(x, (40,), w)
+        ops.rms_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1 and len(ops.layer_norm.plans) == 1  # type: ignore[attr-defined]
+    assert _stats(ops.rms_norm).torch_direct == 3
+
+
+@pytest.mark.parametrize("variable", ["TUNEKIT_UNTUNED=triton", "TUNEKIT_TUNE_ON_MISS=1", "TUNEKIT_STRICT=1"])
+def test_policies_that_may_serve_triton_keep_the_dispatch_path(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, _, value = variable.partition("=")
+    monkeypatch.setenv(name, value)
+    _on_untuned_gpu(monkeypatch)
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    with contextlib.suppress(CacheMissError):  # strict mode refuses the untuned problem: dispatch was consulted
+        ops.softmax(torch.randn(4, 40), -1)
+    assert _stats(ops.softmax).torch_direct == 0

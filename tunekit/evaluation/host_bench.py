@@ -117,12 +117,16 @@ def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls
 
     op, args, kwargs, ref = case
     before = {k: len(d.served_by) for k, d in _DISPATCHERS.items()}
+    stats = getattr(op, "stats", None)  # a HotPath's counters
+    direct_before = stats.torch_direct if stats is not None else 0
 
     def call() -> Any:
         return op(*args, **kwargs)
 
     tk_us, torch_us = per_call_us(call, calls), per_call_us(ref, calls)
     served = {layer for n, d in _DISPATCHERS.items() for layer in list(d.served_by.values())[before.get(n, 0) :]}
+    if stats is not None and stats.torch_direct > direct_before:  # no kernel of the op has an entry here
+        served.add("torch-all")
     bare = _bare_launch(op, args, kwargs, calls)
     gpu = do_bench_cudagraph(call, return_mode="median") * 1e3  # replayed as a graph: the GPU's time alone
     problem = f"{rows}x{width} {str(dtype).removeprefix('torch.')}"

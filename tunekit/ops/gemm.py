@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -29,7 +30,7 @@ from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
-from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
@@ -223,7 +224,7 @@ def _torch_linear(
     return y if residual is None else y + residual
 
 
-@hot_path(_torch_matmul)
+@hot_path(_torch_matmul, torch_serves_all=partial(torch_serves_all, _GEMM))
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -258,7 +259,7 @@ def matmul(
     return _gemm_2d(g)
 
 
-@hot_path(_torch_linear)
+@hot_path(_torch_linear, torch_serves_all=partial(torch_serves_all, _GEMM))
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

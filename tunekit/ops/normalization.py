@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -26,7 +27,7 @@ from torch import Tensor
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
-from tunekit.runtime.dispatch import Dispatcher, dispatcher
+from tunekit.runtime.dispatch import Dispatcher, dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm", torch_fallback=True)
@@ -211,7 +212,7 @@ _LAYER_NORM_EAGER = trainable(
 )
 
 
-@hot_path(F.layer_norm)
+@hot_path(F.layer_norm, torch_serves_all=partial(torch_serves_all, _LAYERNORM, _LAYERNORM_BACKWARD))
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -315,7 +316,7 @@ _RMS_NORM_EAGER = trainable(
 )
 
 
-@hot_path(F.rms_norm)
+@hot_path(F.rms_norm, torch_serves_all=partial(torch_serves_all, _RMSNORM, _RMSNORM_BACKWARD))
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -27,13 +28,14 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
 from tunekit.ops._launch import dispatch_launch, launch_on_their_device, torch_trains_it
-from tunekit.runtime.dispatch import TORCH, dispatcher
+from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise", torch_fallback=True)
 _POINTWISE_BACKWARD = dispatcher("pointwise_backward", torch_fallback=True)
+_ONLY_TORCH = partial(torch_serves_all, _POINTWISE, _POINTWISE_BACKWARD)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -282,7 +284,7 @@ def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return torch.nn.functional.gelu(input, approximate=approximate)
 
 
-@hot_path(_torch_gelu)
+@hot_path(_torch_gelu, torch_serves_all=_ONLY_TORCH)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
@@ -308,7 +310,7 @@ def _torch_bias_act_residual(
     return _torch_pointwise(input, bias, residual, activation, scale)
 
 
-@hot_path(_torch_bias_act)
+@hot_path(_torch_bias_act, torch_serves_all=_ONLY_TORCH)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
     if use_custom_op(input, bias):
@@ -321,7 +323,7 @@ def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *,
     return _pointwise(input, bias, None, activation, scale)
 
 
-@hot_path(_torch_bias_act_residual)
+@hot_path(_torch_bias_act_residual, torch_serves_all=_ONLY_TORCH)
 def bias_act_residual(
     input: torch.Tensor,
     bias: torch.Tensor | None,

@@ -24,6 +24,7 @@ import builtins
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -35,13 +36,15 @@ from tunekit.kernels.reduction import torch_reduction
 from tunekit.kernels.softmax import torch_softmax
 from tunekit.ops._checks import check_device, use_custom_op
 from tunekit.ops._launch import dispatch_launch
-from tunekit.runtime.dispatch import dispatcher
+from tunekit.runtime.dispatch import dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
 _REDUCTION = dispatcher("reduction", torch_fallback=True)
 _SOFTMAX = dispatcher("softmax", torch_fallback=True)
+_REDUCTION_ONLY_TORCH = partial(torch_serves_all, _REDUCTION)
+_SOFTMAX_ONLY_TORCH = partial(torch_serves_all, _SOFTMAX)
 _INDEX_LIMIT = 2**31 - 1  # the kernels index with int32
 
 DimArg = int | Sequence[int] | None
@@ -282,19 +285,19 @@ def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype
     return _reduce(op, input, dims, bool(keepdim), dtype, run=True)[0]
 
 
-@hot_path(torch.sum)
+@hot_path(torch.sum, torch_serves_all=_REDUCTION_ONLY_TORCH)
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     return _sum_or_mean("sum", input, dim, keepdim, dtype)
 
 
-@hot_path(torch.mean)
+@hot_path(torch.mean, torch_serves_all=_REDUCTION_ONLY_TORCH)
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
     return _sum_or_mean("mean", input, dim, keepdim, dtype)
 
 
-@hot_path(torch.max)
+@hot_path(torch.max, torch_serves_all=_REDUCTION_ONLY_TORCH)
 def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_types.max:
     """torch.max(input, dim, keepdim): (values, indices), the first index of the max; NaN wins (first NaN)."""
     _check_input(input, "max")
@@ -385,13 +388,13 @@ def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log:
     return _softmax(x, d, dtype, log=log, run=True)
 
 
-@hot_path(torch.softmax)
+@hot_path(torch.softmax, torch_serves_all=_SOFTMAX_ONLY_TORCH)
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=False)
 
 
-@hot_path(torch.log_softmax)
+@hot_path(torch.log_softmax, torch_serves_all=_SOFTMAX_ONLY_TORCH)
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=True)

@@ -193,6 +193,28 @@ def dispatcher(kernel: str, torch_fallback: bool = False) -> Dispatcher:
     return d
 
 
+def torch_serves_all(*dispatchers: Dispatcher) -> bool:
+    """Whether dispatch serves torch's own op for every problem of these kernels on this device today: a GPU, the
+    default policy for untuned problems (torch; no tune-on-miss, not strict), and no entry for one of these kernels
+    on this device in the user's cache or a shipped database. Then nothing could serve a Triton config, and an op
+    may call torch without computing its problem key (a device with no tuned data: torch's cost per call)."""
+    device = fingerprint()
+    if device.is_interpreter or settings.untuned() != "torch" or settings.tune_on_miss() or settings.strict():
+        return False
+    kernels = {d.kernel for d in dispatchers}
+    if not kernels <= TORCH_FALLBACK:
+        return False
+    if any(k.kernel in kernels and k.device_key == device.key for k in shipped_entries()):
+        return False
+    store = _open_store()
+    if store is None:
+        return True
+    try:
+        return not any(e.key.kernel in kernels and e.key.device_key == device.key for e in store.entries())
+    finally:
+        store.close()
+
+
 def forget_memos() -> None:
     """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
     for d in _DISPATCHERS.values():

@@ -45,6 +45,7 @@ class Stats:
     """Per op: calls served by a plan, signatures watched, plans built (re-bindings), and why some were refused."""
 
     replays: int = 0
+    torch_direct: int = 0  # calls passed straight to torch: no kernel of the op can serve on this device
     watched: int = 0
     plans: int = 0
     refused: dict[str, int] = field(default_factory=dict)
@@ -80,9 +81,16 @@ def _signature(
 class HotPath:
     """An op's plans by call signature. Calling it is calling the op."""
 
-    def __init__(self, op: Callable[..., Any], torch_equivalent: Callable[..., Any] | None) -> None:
+    def __init__(
+        self,
+        op: Callable[..., Any],
+        torch_equivalent: Callable[..., Any] | None,
+        torch_serves_all: Callable[[], bool] | None = None,
+    ) -> None:
         self.op = op
         self.torch_equivalent = torch_equivalent
+        self.torch_serves_all = torch_serves_all
+        self.only_torch: bool | None = None  # decided on the first call, again after `forget`
         self.plans: dict[tuple[object, ...], object] = {}
         self.stats = Stats()
         functools.update_wrapper(self, op)
@@ -90,6 +98,12 @@ class HotPath:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling() or recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
+        only_torch = self.only_torch
+        if only_torch is None:
+            only_torch = self.only_torch = self.torch_serves_all is not None and self.torch_serves_all()
+        if only_torch:  # torch serves every problem of this op here: no signature, no key, torch's own call
+            self.stats.torch_direct += 1
+            return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
         try:
             signature = _signature(args, kwargs)
             plan = self.plans.get(signature)
@@ -131,15 +145,23 @@ class HotPath:
 
     def forget(self) -> None:
         self.plans.clear()
+        self.only_torch = None
 
 
-def hot_path(torch_equivalent: Callable[..., Any] | None = None, *, public: bool = True) -> Callable[[F], F]:
+def hot_path(
+    torch_equivalent: Callable[..., Any] | None = None,
+    *,
+    public: bool = True,
+    torch_serves_all: Callable[[], bool] | None = None,
+) -> Callable[[F], F]:
     """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes.
+    `torch_serves_all()` says whether dispatch serves torch for every problem of the op's kernels (forward and
+    backward) on this device: then every call is torch's own, with no per-call work of tunekit's.
     public=False: an op's inner step (the body its eager autograd Function runs forward or backward), replayed
     the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
-        hot = HotPath(op, torch_equivalent)
+        hot = HotPath(op, torch_equivalent, torch_serves_all)
         (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 
