@@ -1,0 +1,97 @@
+"""Where a model's GPU time goes, by kernel kind: eager against tunekit-patched (and Liger where it patches the
+model), for prefill and a training step. It shows what a per-module patch can reach: the time left in kernels that
+no module owns (RoPE, residual adds, the gate product, casts) bounds the speedup of swapping modules.
+
+    python tests/gpu/kernel_breakdown.py [--model llama|gpt2] [--out DIR]
+
+Prints one table per run (kind: GPU ms per step, eager vs patched); JSON under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from tunekit.evaluation.model_bench import Workload, _variant, build
+
+KINDS = [  # first match wins; names of cuBLAS/CUTLASS, flash attention, norms, tunekit's kernels
+    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|sm90_|_matmul|cublas", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|mha", re.I)),
+    ("norm", re.compile(r"norm|rms", re.I)),
+    ("softmax/loss", re.compile(r"softmax|cross_entropy|nll|log_softmax", re.I)),
+    ("copy/cast", re.compile(r"copy|cast|cat|_to_copy|fill|memcpy|memset", re.I)),
+    ("reduce", re.compile(r"reduce|sum|mean", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise|bias|act|silu|gelu|mul|add", re.I)),
+]
+
+
+def kind_of(name: str) -> str:
+    return next((kind for kind, pattern in KINDS if pattern.search(name)), "other")
+
+
+def profile(fn, steps: int = 3) -> dict[str, float]:
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.device_type.name != "CUDA" or event.self_device_time_total <= 0:
+            continue
+        kind = kind_of(event.key)
+        totals[kind] = totals.get(kind, 0.0) + event.self_device_time_total / 1e3 / steps
+    return totals
+
+
+def _profile_variant(base, name: str, model_kind: str, ids: torch.Tensor) -> tuple[dict, dict]:
+    model, run = _variant(base, name, model_kind)
+
+    def prefill() -> None:
+        with torch.no_grad():
+            run(ids, use_cache=False)
+
+    def train() -> None:
+        model.zero_grad(set_to_none=True)
+        run(ids, labels=ids, use_cache=False).loss.backward()
+
+    model.eval()
+    forward = profile(prefill)
+    model.train()
+    return forward, profile(train)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="llama")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    opts = parser.parse_args()
+    w = Workload(opts.model)
+    base = build(w, torch.device("cuda"), torch.bfloat16)
+    variants = ["eager", "tunekit"] + (["liger"] if opts.model == "llama" else [])
+    ids = torch.randint(0, w.vocab, w.prefill, device="cuda")
+    record: dict[str, dict[str, dict[str, float]]] = {}
+    for name in variants:
+        prefill, train = _profile_variant(base, name, opts.model, ids)
+        record.setdefault("prefill", {})[name] = prefill
+        record.setdefault("train", {})[name] = train
+        torch.cuda.empty_cache()
+    (opts.out / f"kernel_breakdown_{opts.model}.json").write_text(json.dumps(record, indent=1))
+    for run_name, by_variant in record.items():
+        kinds = sorted({k for v in by_variant.values() for k in v}, key=lambda k: -by_variant["eager"].get(k, 0))
+        print(f"\n{opts.model} {run_name} {w.prefill}: GPU ms per step by kernel kind")
+        print(f"{'kind':14}" + "".join(f"{v:>10}" for v in by_variant))
+        for kind in [*kinds, "total"]:
+            cells = [sum(v.values()) if kind == "total" else v.get(kind, 0.0) for v in by_variant.values()]
+            print(f"{kind:14}" + "".join(f"{c:10.3f}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
