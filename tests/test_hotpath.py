@@ -311,3 +311,31 @@ def test_policies_that_may_serve_triton_keep_the_dispatch_path(variable: str, mo
     with contextlib.suppress(CacheMissError):  # strict mode refuses the untuned problem: dispatch was consulted
         ops.softmax(torch.randn(4, 40), -1)
     assert _stats(ops.softmax).torch_direct == 0
+
+
+def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torch.compile, an op nothing of tunekit's can serve is traced as torch's own ops (which the compiler
+    can fuse), not as tunekit's opaque custom op; once a kernel of it has an entry, the custom op is back."""
+    _on_untuned_gpu(monkeypatch)
+    x, w = torch.randn(4, 40), torch.randn(40)
+    targets: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, _: object) -> Callable[..., object]:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    ops.rms_norm(x, (40,), w)  # the eager call that decides
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: ops.rms_norm(t, (40,), w, 1e-6), fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert targets and not any("tunekit" in t for t in targets), targets
+
+    entry = make_entry(_UNTUNED_GPU, 1.0)
+    with Store() as store:
+        store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel="rmsnorm")))
+    dispatch.reset_all()
+    ops.rms_norm(x, (40,), w)
+    targets.clear()
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert any("tunekit" in t for t in targets), targets  # the guard on the decision recompiled
+    torch._dynamo.reset()

@@ -96,7 +96,13 @@ class HotPath:
         functools.update_wrapper(self, op)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or recorder.ACTIVE or watching():  # a call inside a watched call: as is
+        if torch.compiler.is_compiling():
+            # Where nothing of tunekit's can serve (decided by an eager call), the graph holds torch's own ops,
+            # which the compiler may fuse with their neighbours; else the op's custom op. Dynamo guards on the
+            # attribute, so a decision changed by reset_all recompiles.
+            only_torch = self.only_torch and not recorder.ACTIVE
+            return self.torch_equivalent(*args, **kwargs) if only_torch else self.op(*args, **kwargs)  # type: ignore[misc]
+        if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
         if only_torch is None:
