@@ -236,3 +236,251 @@ def test_tied_lm_head_stays_tied():
     assert ("lm_head", "Linear") in report.swapped
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert list(model.state_dict()) == keys
+
+
+def test_patched_family_compiles_fullgraph():
+    model = _build("qwen2").eval()
+    ids = torch.randint(3, VOCAB, (1, 5))
+    with torch.no_grad():
+        expected = _logits(model, ids)
+        patch(model)
+        got = torch.compile(model, fullgraph=True, backend="eager")(ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- module shapes
+
+
+def _patched_matches(model: torch.nn.Module, x: torch.Tensor, tol: float = 1e-4):
+    """Patch `model`; assert its output is unchanged, and exactly restored by unpatch. Returns the report."""
+    with torch.no_grad():
+        expected = model(x)
+        report = patch(model)
+        torch.testing.assert_close(model(x), expected, atol=tol, rtol=tol)
+        unpatch(model)
+        assert torch.equal(model(x), expected)
+    return report
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module, d: int = 24, hidden: int = 40, bias: bool = True) -> None:
+        super().__init__()
+        self.fc_in, self.act, self.fc_out = torch.nn.Linear(d, hidden, bias), act, torch.nn.Linear(hidden, d, bias)
+
+    def forward(self, x):
+        return self.fc_out(self.act(self.fc_in(x)))
+
+
+class _NewGELU(torch.nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (x + 0.044715 * x.pow(3))))
+
+
+class _QuickGELU(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class _ClippedGELU(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x).clamp(-10, 10)
+
+
+@pytest.mark.parametrize(
+    ("act", "fused"),
+    [
+        (torch.nn.GELU(), "gelu"),
+        (torch.nn.GELU(approximate="tanh"), "gelu_tanh"),
+        (_NewGELU(), "gelu_tanh"),
+        (torch.nn.ReLU(), "relu"),
+        (torch.nn.SiLU(), "silu"),
+        (_QuickGELU(), None),  # no activation the epilogue runs
+        (_ClippedGELU(), None),  # GELU up to 10: differs beyond
+    ],
+)
+def test_activation_fuses_as_what_it_computes(act, fused):
+    torch.manual_seed(3)
+    report = _patched_matches(_MLP(act), torch.randn(2, 5, 24) * 4)
+    assert report.fused == ([("fc_in", fused)] if fused else [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_linear_without_bias_odd_sizes_3d_input(dtype):
+    torch.manual_seed(4)
+    model = _MLP(torch.nn.GELU(approximate="tanh"), d=37, hidden=50, bias=False).to(dtype)
+    report = _patched_matches(model, torch.randn(2, 5, 37, dtype=dtype), 1e-4 if dtype == torch.float32 else 2e-2)
+    assert [k for _, k in report.swapped] == ["Linear", "Linear"] and report.fused == [("fc_in", "gelu_tanh")]
+
+
+class _LoRALinear(torch.nn.Linear):
+    """A Linear subclass with its own forward (LoRA-style): its extra path is zero until trained."""
+
+    def __init__(self, d: int, n: int) -> None:
+        super().__init__(d, n)
+        self.lora_a, self.lora_b = torch.nn.Parameter(torch.randn(4, d)), torch.nn.Parameter(torch.zeros(n, 4))
+
+    def forward(self, x):
+        return super().forward(x) + x @ self.lora_a.T @ self.lora_b.T
+
+
+def test_linear_subclass_and_wrapped_forward_are_left_alone():
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(_LoRALinear(16, 16), torch.nn.Linear(16, 16))
+    wrapped = model[1].forward
+    model[1].forward = lambda x: wrapped(x) * 2  # a wrapper set on the instance, as hooks libraries do
+    x = torch.randn(3, 16)
+    report = _patched_matches(model, x)
+    assert report.swapped == [] and [p for p, _ in report.skipped] == ["0", "1"]
+    assert "forward" in model[1].__dict__  # unpatch kept the wrapper
+    patch(model)
+    with torch.no_grad():
+        model[0].lora_b.normal_()  # trained: the subclass's own forward still runs
+        torch.testing.assert_close(model(x), model[1](model[0].forward(x)))
+
+
+class _TwoMLPs(torch.nn.Module):
+    """One activation module in two parents (reused across layers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        act = torch.nn.GELU()
+        self.first, self.second = _MLP(act), _MLP(act)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+
+def test_shared_activation_fuses_in_each_parent_and_comes_back():
+    torch.manual_seed(6)
+    model = _TwoMLPs()
+    act = model.first.act
+    report = _patched_matches(model, torch.randn(4, 24))
+    assert sorted(report.fused) == [("first.fc_in", "gelu"), ("second.fc_in", "gelu")]
+    assert model.first.act is act and model.second.act is act
+
+
+class _FunctionalMLP(_MLP):
+    def forward(self, x):
+        return self.fc_out(torch.nn.functional.gelu(self.fc_in(x)))
+
+
+class _SharedProjection(torch.nn.Module):
+    """fc_in is held by the MLP (GELU after it) and called bare by this parent as well."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = _MLP(torch.nn.GELU())
+        self.fc_in = self.mlp.fc_in
+
+    def forward(self, x):
+        return self.mlp(x) + self.fc_in(x)[..., :24]
+
+
+def test_nothing_fuses_where_it_would_be_wrong():
+    torch.manual_seed(7)
+    assert _patched_matches(_FunctionalMLP(torch.nn.Identity()), torch.randn(4, 24)).fused == []
+    assert _patched_matches(_SharedProjection(), torch.randn(4, 24)).fused == []
+
+
+class _GatedMLP(torch.nn.Module):
+    """up is defined before gate, and down starts at zero (zero-init output projections): at init the parent's
+    output is 0 whatever is fused where."""
+
+    def __init__(self, d: int = 24, hidden: int = 40) -> None:
+        super().__init__()
+        self.up, self.gate = torch.nn.Linear(d, hidden, bias=False), torch.nn.Linear(d, hidden, bias=False)
+        self.down, self.act = torch.nn.Linear(hidden, d, bias=False), torch.nn.SiLU()
+        torch.nn.init.zeros_(self.down.weight)
+
+    def forward(self, x):
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class _ShiftedMLP(_MLP):
+    """A zero-initialized shift between the projection and the activation."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.nn.ReLU())
+        self.shift = torch.nn.Parameter(torch.zeros(40))
+
+    def forward(self, x):
+        return self.fc_out(self.act(self.fc_in(x) + self.shift))
+
+
+def test_parameters_at_init_do_not_hide_a_wrong_fusion():
+    torch.manual_seed(8)
+    gated, shifted = _GatedMLP(), _ShiftedMLP()
+    x = torch.randn(4, 24)
+    assert patch(gated).fused == [("gate", "silu")]
+    assert patch(shifted).fused == []
+    with torch.no_grad():  # trained: the parameters move away from their initial values
+        gated.down.weight.normal_()
+        shifted.shift.normal_()
+        linear = torch.nn.functional.linear
+        gate, up = linear(x, gated.gate.weight), linear(x, gated.up.weight)
+        expected = linear(torch.nn.functional.silu(gate) * up, gated.down.weight)
+        torch.testing.assert_close(gated(x), expected, atol=1e-4, rtol=1e-4)
+
+
+class _DropoutMLP(_MLP):
+    def __init__(self) -> None:
+        super().__init__(torch.nn.GELU())
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.fc_out(self.drop(self.act(self.fc_in(x))))
+
+
+def test_train_mode_model_fuses_and_matches():
+    torch.manual_seed(9)
+    model = _DropoutMLP().train()
+    reference = copy.deepcopy(model)
+    assert patch(model).fused == [("fc_in", "gelu")] and model.training and model.drop.training
+    x = torch.randn(4, 24)
+    torch.manual_seed(10)
+    expected = reference(x)
+    torch.manual_seed(10)
+    torch.testing.assert_close(model(x), expected, atol=1e-4, rtol=1e-4)
+
+
+class _Norm(torch.nn.Module):
+    """A norm of model code: `mean` subtracts the mean (LayerNorm without bias); `true_eps` is what it uses."""
+
+    def __init__(self, n: int, mean: bool, eps: float = 1e-6, true_eps: float | None = None) -> None:
+        super().__init__()
+        self.weight, self.variance_epsilon = torch.nn.Parameter(torch.ones(n)), eps
+        self.mean, self.true_eps = mean, eps if true_eps is None else true_eps
+
+    def forward(self, x):
+        h = x.float() - x.float().mean(-1, keepdim=True) if self.mean else x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.true_eps)
+        return self.weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    ("norm", "kind"),
+    [
+        (_Norm(4096, mean=True).bfloat16(), "LayerNorm (by structure)"),  # wide and bf16: the mean is tiny
+        (_Norm(64, mean=False), "RMSNorm (by structure)"),
+        (_Norm(64, mean=False, true_eps=1e-5), None),  # its eps attribute is not the eps it uses
+    ],
+)
+def test_norms_are_recognized_by_what_they_compute(norm, kind):
+    x = torch.randn(3, norm.weight.shape[0], dtype=norm.weight.dtype) + 0.5
+    report = _patched_matches(torch.nn.Sequential(norm), x, 1e-4 if x.dtype == torch.float32 else 2e-2)
+    assert [k for _, k in report.swapped] == ([kind] if kind else [])
+
+
+def test_mixed_dtypes_and_autocast_keep_the_models_own_dtype_rules():
+    norm, linear = _Norm(64, mean=False), torch.nn.Linear(64, 32)  # an fp32 norm weight (kept in fp32)
+    x = torch.randn(3, 64).bfloat16()
+    with torch.no_grad():
+        expected_norm = norm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected_linear = linear(x.float())
+        patch(norm), patch(linear)
+        got_norm = norm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got_linear = linear(x.float())
+    assert got_norm.dtype == expected_norm.dtype == torch.float32 and torch.equal(got_norm, expected_norm)
+    assert got_linear.dtype == expected_linear.dtype == torch.bfloat16 and torch.equal(got_linear, expected_linear)
