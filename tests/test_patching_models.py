@@ -484,3 +484,16 @@ def test_mixed_dtypes_and_autocast_keep_the_models_own_dtype_rules():
             got_linear = linear(x.float())
     assert got_norm.dtype == expected_norm.dtype == torch.float32 and torch.equal(got_norm, expected_norm)
     assert got_linear.dtype == expected_linear.dtype == torch.bfloat16 and torch.equal(got_linear, expected_linear)
+
+
+def test_tunekit_linear_keeps_its_activation_and_meta_models_patch():
+    from tunekit import nn as tk_nn
+
+    model = torch.nn.Sequential(tk_nn.Linear(16, 16, activation="silu"), _MLP(torch.nn.GELU(), d=16))
+    report = _patched_matches(model, torch.randn(3, 16))
+    assert [p for p, _ in report.swapped] == ["1.fc_in", "1.fc_out"]  # tunekit's own Linear is left as it is
+    assert model[0].activation == "silu"  # unpatch did not take it
+    with torch.device("meta"):  # not loaded yet: no probe runs, nothing is fused, nothing fails
+        meta = torch.nn.Sequential(_MLP(torch.nn.GELU()), _Norm(24, mean=False))
+    report = patch(meta)
+    assert [k for _, k in report.swapped] == ["Linear", "Linear"] and report.fused == []

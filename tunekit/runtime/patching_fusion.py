@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from tunekit import nn as tk_nn
-from tunekit.runtime.patching_probes import activation_of, call, close, probe_input, probing
+from tunekit.runtime.patching_probes import activation_of, call, can_probe, close, probe_input, probing
 
 FUSED = "_tunekit_fused_from"  # on a fused projection: (parent, attribute name, the activation module)
 _ACTIVATION = "_tunekit_activation"  # on a fused projection: the activation its forward applies
@@ -53,6 +53,8 @@ def fuse_in(
     if not projections:
         return []
     like = _weight(projections[0][1])
+    if not can_probe(like):
+        return []
     activations = [(n, m, a) for n, m in parent.named_children() if (a := activation_of(m, like)) is not None]
     if not activations:
         return []
@@ -97,7 +99,8 @@ def _try_fusion(
 def unfuse(module: torch.nn.Module) -> None:
     """Put back the activation module fused into `module`, if any."""
     fused = module.__dict__.pop(FUSED, None)
-    if fused is not None:
-        parent, name, activation = fused
-        setattr(parent, name, activation)
+    if fused is None:
+        return  # tunekit.nn.Linear keeps its own activation under the same name
+    parent, name, activation = fused
+    setattr(parent, name, activation)
     module.__dict__.pop(_ACTIVATION, None)

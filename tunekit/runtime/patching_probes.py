@@ -39,6 +39,11 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return error(a, b) <= tolerance(a.dtype)
 
 
+def can_probe(like: torch.Tensor) -> bool:
+    """Whether probes can run with tensors like this one: not on the meta device (a model not loaded yet)."""
+    return like.device.type != "meta"
+
+
 def probe_input(dim: int, like: torch.Tensor) -> torch.Tensor:
     """Rows of `dim` random values, each row with its own mean and scale; `like`'s device and dtype."""
     gen = torch.Generator(device="cpu").manual_seed(dim)
@@ -57,7 +62,7 @@ def _random_like(p: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 def _is_constant(p: torch.Tensor) -> bool:
-    if p.numel() == 0 or not p.is_floating_point() or p.device.type == "meta":
+    if p.numel() == 0 or not p.is_floating_point() or not can_probe(p):
         return False
     flat = p.detach().flatten()
     return bool((flat == flat[0]).all())
@@ -100,6 +105,8 @@ def call(module: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor] | None:
 
 def computes(module: torch.nn.Module, dim: int, like: torch.Tensor, formula: Callable[..., torch.Tensor]) -> bool:
     """Whether module(x) equals formula(x) (in fp32, cast back) on a probe of `dim` features; run within `probing`."""
+    if not can_probe(like):
+        return False
     x = probe_input(dim, like)
     out = call(module, x)
     if out is None or len(out) != 1:
