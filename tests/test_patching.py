@@ -125,13 +125,22 @@ class _PlainRMSNorm(_OffsetRMSNorm):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
+class _SquaredWeightRMSNorm(_OffsetRMSNorm):
+    """Looks like an RMSNorm, computes no form tunekit runs."""
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.square()
+
+
 def test_rmsnorm_is_recognized_by_what_it_computes():
-    model = torch.nn.Sequential(_OffsetRMSNorm(48), _PlainRMSNorm(48))
+    # Gemma's (1 + weight) form is recognized as such (it was skipped before tunekit ran it); a form tunekit does
+    # not run is still skipped.
+    model = torch.nn.Sequential(_OffsetRMSNorm(48), _PlainRMSNorm(48), _SquaredWeightRMSNorm(48))
     x = torch.randn(5, 48)
     expected = model(x)
     report = patch(model)
-    assert report.swapped == [("1", "RMSNorm (by structure)")]
-    assert report.skipped and report.skipped[0][0] == "0"
+    assert report.swapped == [("0", "RMSNorm (1 + weight) (by structure)"), ("1", "RMSNorm (by structure)")]
+    assert [path for path, _ in report.skipped] == ["2"]
     torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 

@@ -33,8 +33,9 @@ def apply_activation(x: torch.Tensor, activation: str | None) -> torch.Tensor:
 
 
 def runs_here(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
-    """Whether tunekit's kernels take this call: a supported dtype on the kernels' device, parameters alike."""
-    if x.dtype not in DTYPE_NAMES or x.device.type != _DEVICE_TYPE:
+    """Whether tunekit's kernels take this call: a supported dtype on the kernels' device, parameters alike, and
+    no autocast (which would run torch's op in another dtype than the inputs')."""
+    if x.dtype not in DTYPE_NAMES or x.device.type != _DEVICE_TYPE or torch.is_autocast_enabled(x.device.type):
         return False
     return all(p is None or (p.dtype == x.dtype and p.device == x.device) for p in params)
 
@@ -52,17 +53,26 @@ def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch
     return F.layer_norm(input, shape, weight, bias, eps)
 
 
-def rms_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """torch.nn.RMSNorm, or any module found to compute it (tunekit.patch sets `_tunekit_eps` on those)."""
-    weight = param(module, "weight")
-    if isinstance(module, torch.nn.RMSNorm):
-        shape, eps = tuple(module.normalized_shape), module.eps
-    else:
-        assert weight is not None  # patch only marks modules with a weight
-        shape, eps = tuple(weight.shape), module.__dict__.get("_tunekit_eps")
+def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    shape, weight, eps = tuple(module.normalized_shape), module.weight, module.eps
     if runs_here(x, weight):
         return ops.rms_norm(x, shape, weight, eps)
     return F.rms_norm(x, shape, weight, eps)
+
+
+def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A norm of model code that tunekit.patch found to compute normalize(x) * (weight + offset) (+ bias) over the
+    last dim; `_tunekit_norm` holds ("rms" or "layer", eps, offset). Calls the kernels cannot take run the
+    module's own forward (its exact dtype rules, e.g. an fp32 weight on a bf16 input)."""
+    statistics, eps, offset = module.__dict__["_tunekit_norm"]
+    weight, bias = param(module, "weight"), param(module, "bias")
+    assert weight is not None  # patch only marks modules with a weight
+    if not runs_here(x, weight, bias):
+        return type(module).forward(module, x)
+    scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
+    if statistics == "rms":
+        return ops.rms_norm(x, tuple(weight.shape), scale, eps)
+    return ops.layer_norm(x, tuple(weight.shape), scale, bias, eps)
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -119,4 +129,4 @@ def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], weight.shape[1])
     if runs_here(x, weight, bias):
         return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
-    return apply_activation(torch.addmm(bias, x2d, weight), activation).view(out_shape)
+    return apply_activation(type(module).forward(module, x), activation)  # its own forward, then the fused act
