@@ -9,6 +9,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -25,8 +26,8 @@ from tunekit.runtime import dispatch
 runner = CliRunner()
 
 
-def row(model: str, variant: str, run: str, ms: float, **extra: object) -> Result:
-    return Result(model, variant, run, ms, tokens_per_s=1000.0 / ms, peak_gib=1.5, **extra)  # type: ignore[arg-type]
+def row(model: str, variant: str, run: str, ms: float, **extra: Any) -> Result:
+    return Result(model, variant, run, ms, tokens_per_s=1000.0 / ms, peak_gib=1.5, **extra)
 
 
 def sample() -> list[Result]:
@@ -239,11 +240,14 @@ def test_run_bench_with_a_named_cache_keeps_it(tmp_path):
         (["--hidden", "100"], "--hidden must be a multiple of 64 for gpt2"),
         (["--workflow", "--variants", "eager,compile"], "the workflow reruns tunekit or tunekit+compile"),
         (["--cache-dir", "c"], "--cache-dir is the workflow's cache: it goes with --workflow"),
-        ([], "the model benchmark times CUDA GPUs"),  # this machine: the interpreter
+        ([], "the model benchmark times CUDA GPUs"),
         (["--model", "llama", "--hidden", "100"], "the model benchmark times CUDA GPUs"),  # llama takes any width
     ],
 )
-def test_command_errors_are_one_line(args, message):
+def test_command_errors_are_one_line(args, message, monkeypatch):
+    from tunekit.core import backend
+
+    monkeypatch.setattr(backend, "INTERPRETED", True)  # as on this CPU machine, also on a GPU one: nothing runs
     result = runner.invoke(app, ["model-bench", *args])
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
@@ -286,3 +290,19 @@ def test_command_measures_runs_the_workflow_and_writes_the_outputs(tmp_path, mon
     assert (tmp_path / model_run.TABLE_NAME).read_text().strip() in result.output  # the table printed, and written
     assert f"png: {tmp_path / model_run.PNG_NAME}" in result.output or "png skipped" in result.output
     assert not math.isnan(doc["results"][1]["ms"])
+
+
+def test_a_failing_workflow_keeps_what_was_measured(tmp_path, monkeypatch):
+    from tunekit.core import backend
+
+    def workflow(w: Workload, variants: tuple[str, ...], reps: int, report: WorkflowReport) -> list[Result]:
+        raise TunekitError("the tuner ran out of patience")
+
+    monkeypatch.setattr(backend, "INTERPRETED", False)
+    monkeypatch.setattr(model_bench, "measure", _fake_measure)
+    monkeypatch.setattr(model_bench, "device_name", lambda: "Fake GPU")
+    monkeypatch.setattr(model_workflow, "gpu_workflow", workflow)
+    result = runner.invoke(app, ["model-bench", "--model", "llama", "--workflow", "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "error: the tuner ran out of patience" in result.output
+    doc = json.loads((tmp_path / model_run.JSON_NAME).read_text())
+    assert [r["variant"] for r in doc["results"]] == list(model_results.VARIANTS) and doc["workflow"] is None

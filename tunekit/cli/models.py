@@ -128,7 +128,12 @@ def _run(
         out.mkdir(parents=True, exist_ok=True)  # now, not after the measurements: the plans are written there
     options = WorkflowOptions(trials, cache) if trials is not None else None
     run = ModelBenchRun(loads, names, reps, device_name())
-    run_bench(run, options, out, measure, gpu_workflow, say=say)
+    try:
+        run_bench(run, options, out, measure, gpu_workflow, say=say)
+    except BaseException:
+        if out is not None and run.results:  # minutes of GPU time: what was measured is kept, then the error
+            write_outputs(run, out)
+        raise
     print(run.text())
     for line in write_outputs(run, out) if out is not None else []:
         say(line)

@@ -1,6 +1,6 @@
-"""What the model benchmark measures and reports, without torch: the workload, a result row, speed against eager,
-the printed table and the JSON document. The CLI imports this module to build its options (and `tunekit --help`
-stays fast); the measuring itself is tunekit.evaluation.model_bench's.
+"""What the model benchmark measures and reports, the parts that need no GPU (nor torch): the workload, a result
+row, speed against eager, the printed table and the JSON document. The CLI builds its options from it; the
+measuring itself is tunekit.evaluation.model_bench's.
 """
 
 from __future__ import annotations
