@@ -8,6 +8,7 @@ from tunekit.cli.app import app, command
 from tunekit.cli.cache import export_cmd, forget, import_cmd, show
 from tunekit.cli.fleet import plan, requeue, status, worker
 from tunekit.cli.measure import bench, bench_host, devices, efficiency, explain, plot, record_cmd
+from tunekit.cli.models import model_bench
 from tunekit.cli.tune import tune
 
 __all__ = ["app", "main"]
@@ -30,6 +31,7 @@ COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("efficiency", efficiency),
     ("devices", devices),
     ("bench-host", bench_host),
+    ("model-bench", model_bench),
 ]
 for _name, _fn in COMMANDS:
     command(_name)(_fn)

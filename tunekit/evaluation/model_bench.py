@@ -1,7 +1,7 @@
 """The model benchmark: a Llama- and a GPT-2-style model from transformers configs (random weights, nothing
 downloaded), run eagerly as users run them, as eager, tunekit-patched, torch.compile, tunekit-patched under
 torch.compile and Liger-Kernel (where it supports the model). Reports time, tokens/s, peak memory, and agreement
-of logits and gradients with eager.
+of logits and gradients with eager. Times CUDA GPUs only.
 
 Needs transformers (and liger-kernel for that column): `pip install 'tunekit-triton[models]'`.
 """
@@ -9,52 +9,68 @@ Needs transformers (and liger-kernel for that column): `pip install 'tunekit-tri
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from tunekit.core.errors import TunekitError
+from tunekit.evaluation.model_results import DTYPE_NAME, RUNS, VARIANTS, Result, Workload, skipped, table, write_json
 from tunekit.runtime.patching import patch
 
-VARIANTS = ("eager", "tunekit", "compile", "tunekit+compile", "liger")
-RUNS = ("prefill", "decode", "train")
+DTYPE: torch.dtype = getattr(torch, DTYPE_NAME)
+# The probes (tests/gpu/) import the workload, the measuring and the table from here.
+__all__ = ["RUNS", "VARIANTS", "Result", "Workload", "build", "measure", "table", "write_json"]
 
 
-@dataclass(frozen=True)
-class Workload:
-    model: str  # "llama" or "gpt2"
-    layers: int = 2
-    hidden: int = 4096
-    prefill: tuple[int, int] = (4, 1024)  # batch, tokens
-    decode: tuple[int, int] = (8, 1)
-    train: tuple[int, int] = (4, 1024)
-    vocab: int = 32000
-
-
-@dataclass
-class Result:
-    model: str
-    variant: str
-    run: str
-    ms: float
-    tokens_per_s: float
-    peak_gib: float  # peak allocated during the run, above what was allocated before it (weights included)
-    logits_rel_err: float | None = None
-    argmax_agree: float | None = None
-    grad_rel_err: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def build(w: Workload, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+def require_transformers() -> Any:
+    """transformers, imported only here: an optional extra that the rest of tunekit never needs."""
     try:
         import transformers
     except ImportError:
         raise TunekitError("the model benchmark needs transformers: pip install 'tunekit-triton[models]'") from None
+    return transformers
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name()
+
+
+def inputs(w: Workload, device: torch.device) -> dict[str, torch.Tensor]:
+    """Token ids of each run (prefill, decode, train), the same for every variant."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    return {run: torch.randint(0, w.vocab, getattr(w, run), generator=gen).to(device) for run in RUNS}
+
+
+def forward(run: Callable[..., Any], ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A no-grad forward of `ids` (prefill or decode) returning the logits."""
+
+    def call() -> torch.Tensor:
+        with torch.no_grad():
+            return run(ids, use_cache=False).logits
+
+    return call
+
+
+def loss(run: Callable[..., Any], ids: torch.Tensor) -> torch.Tensor:
+    """The training loss of `ids` as its own labels: `.backward()` is the training run without the optimizer."""
+    return run(ids, labels=ids, use_cache=False).loss
+
+
+def run_once(model: torch.nn.Module, run: Callable[..., Any], ids: dict[str, torch.Tensor]) -> None:
+    """Each run once (prefill and decode forwards in eval mode, a training forward and backward), what the workflow
+    records problems from: every op a timed run calls, called once."""
+    model.eval()
+    forward(run, ids["prefill"])()
+    forward(run, ids["decode"])()
+    model.train()
+    loss(run, ids["train"]).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def build(w: Workload, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    transformers = require_transformers()
     torch.manual_seed(0)
     if w.model == "llama":
         config: Any = transformers.LlamaConfig(
@@ -86,7 +102,7 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
         try:
             from liger_kernel.transformers import monkey_patch
         except ImportError:
-            raise TunekitError("liger-kernel is not installed") from None
+            raise TunekitError("liger-kernel is not installed (pip install 'tunekit-triton[peer]')") from None
         if model_kind != "llama":
             raise TunekitError(f"Liger-Kernel has no patch for {model_kind}")
         monkey_patch.apply_liger_kernel_to_llama(model=model)
@@ -117,20 +133,19 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
     """Time each variant's runs. Eager always runs, and first: every other variant's agreement and ratio are
     against it."""
     variants = ("eager", *(v for v in variants if v != "eager"))
-    device, dtype = torch.device("cuda"), torch.bfloat16
-    base = build(w, device, dtype)
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    inputs = {run: torch.randint(0, w.vocab, getattr(w, run), generator=gen).to(device) for run in RUNS}
+    device = torch.device("cuda")
+    base = build(w, device, DTYPE)
+    ids_of = inputs(w, device)
     reference: dict[str, Any] = {}
     results: list[Result] = []
     for name in variants:
         try:
             model, run = _variant(base, name, w.model)
         except TunekitError as exc:
-            results.append(Result(w.model, name, "-", float("nan"), float("nan"), float("nan"), notes=[str(exc)]))
+            results.append(skipped(w.model, name, str(exc)))
             continue
         for run_name in RUNS:
-            ids = inputs[run_name]
+            ids = ids_of[run_name]
             if run_name == "train":
                 model.train()
                 grads = _grads(model, run, ids)  # before any optimizer step: every variant from the same weights
@@ -138,21 +153,17 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
 
                 def step(ids: torch.Tensor = ids, opt: torch.optim.Optimizer = opt, run: Any = run) -> None:
                     opt.zero_grad(set_to_none=True)
-                    run(ids, labels=ids, use_cache=False).loss.backward()
+                    loss(run, ids).backward()
                     opt.step()
 
                 before = _reset_peak(model)
                 ms = _time(step, 3, reps)
             else:
                 model.eval()
-
-                def forward(ids: torch.Tensor = ids, run: Any = run) -> Any:
-                    with torch.no_grad():
-                        return run(ids, use_cache=False).logits
-
-                logits = forward()
+                infer = forward(run, ids)
+                logits = infer()
                 before = _reset_peak(model)
-                ms = _time(forward, 3, reps)
+                ms = _time(infer, 3, reps)
             peak = (torch.cuda.max_memory_allocated() - before) / 2**30
             tokens = ids.numel()
             result = Result(w.model, name, run_name, ms, tokens / ms * 1e3, peak)
@@ -184,31 +195,7 @@ def _reset_peak(model: torch.nn.Module) -> int:
 
 def _grads(model: torch.nn.Module, run: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    run(ids, labels=ids, use_cache=False).loss.backward()
+    loss(run, ids).backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return grads
-
-
-def table(results: list[Result]) -> str:
-    eager = {(r.model, r.run): r.ms for r in results if r.variant == "eager"}
-    lines = [
-        f"{'model':6} {'run':8} {'variant':16} {'ms':>8} {'vs eager':>9} {'tok/s':>10} {'peak GiB':>9} "
-        f"{'logits err':>10} {'argmax':>7} {'grad err':>9}"
-    ]
-    for r in results:
-        if r.notes:
-            lines.append(f"{r.model:6} {'-':8} {r.variant:16} skipped: {r.notes[0]}")
-            continue
-        ratio = eager.get((r.model, r.run), float("nan")) / r.ms
-        fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
-        lines.append(
-            f"{r.model:6} {r.run:8} {r.variant:16} {r.ms:8.3f} {ratio:8.2f}x {r.tokens_per_s:10.0f} "
-            f"{r.peak_gib:9.2f} {fmt(r.logits_rel_err, '10.4f'):>10} {fmt(r.argmax_agree, '7.3f'):>7} "
-            f"{fmt(r.grad_rel_err, '9.4f'):>9}"
-        )
-    return "\n".join(lines)
-
-
-def write_json(results: list[Result], path: Path) -> None:
-    path.write_text(json.dumps([asdict(r) for r in results], indent=1))

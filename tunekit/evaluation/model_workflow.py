@@ -1,0 +1,170 @@
+"""The model benchmark's workflow measurement: what a user does to make tunekit fast on their model, timed.
+
+    record the problems of the patched model's runs (tunekit.record_problems) -> a plan file
+    tune the plan (what `tunekit tune --plan` does) into a working cache
+    rerun the tunekit variants served by that cache
+
+The tuning runs in this process, through the functions `tunekit tune --plan` calls (`read_plan`, then
+`tune_and_store` per problem with the CLI's defaults but the trial budget), not as a subprocess of the CLI: the
+counts of tuned, skipped and failed problems come from the tuner's reports rather than from parsing its output,
+and the workflow runs in the interpreter for the tests. What this leaves out of the tune time is one CLI start
+(importing torch and Triton, seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tunekit.core.errors import TunekitError
+from tunekit.evaluation.model_bench import DTYPE, build, inputs, measure, run_once
+from tunekit.evaluation.model_results import TUNED_SUFFIX, Result, Workload
+from tunekit.runtime.dispatch import reset_all
+from tunekit.runtime.patching import patch
+from tunekit.runtime.recorder import record_problems
+
+
+@dataclass
+class TuneCounts:
+    tuned: int = 0  # problems this run measured configs for
+    skipped: int = 0  # problems the working cache already held to the trial budget
+    failed: list[str] = field(default_factory=list)  # "kernel problem: why", for problems whose tuning raised
+
+
+@dataclass
+class WorkflowReport:
+    model: str
+    trials: int  # the trial budget per problem
+    cache_dir: str  # the working cache the plan was tuned into and the rerun was served from
+    cache_kept: bool  # False: a temporary directory, deleted after the run
+    plan: str  # the plan file
+    problems: int = 0  # distinct (kernel, problem) pairs recorded
+    tuned: int = 0
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)
+    record_s: float = 0.0  # wall time of the recorded runs (the model built and patched before)
+    tune_s: float = 0.0
+    rerun_s: float = 0.0  # the rerun's measurement (eager again, as its reference, then the tunekit variants)
+    total_s: float = 0.0  # record, tune and rerun
+
+    def summary(self) -> str:
+        """One line: what was recorded and tuned, how long each step took, where the cache is."""
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        kept = "" if self.cache_kept else " (temporary, deleted)"
+        return (
+            f"{self.model} workflow: {self.problems} problems recorded, {self.tuned} tuned at {self.trials} trials "
+            f"({self.skipped} already tuned{failed}); record {self.record_s:.1f} s, tune {self.tune_s:.1f} s, "
+            f"rerun {self.rerun_s:.1f} s, total {self.total_s:.1f} s; cache {self.cache_dir}{kept}"
+        )
+
+
+def tuned_rows(results: list[Result]) -> list[Result]:
+    """The rerun's rows as extra rows of the benchmark: its eager reference dropped (the first run's stands), every
+    other variant renamed `<variant> (tuned plan)`."""
+    return [dataclasses.replace(r, variant=r.variant + TUNED_SUFFIX) for r in results if r.variant != "eager"]
+
+
+@contextlib.contextmanager
+def serving_from(cache_dir: Path) -> Iterator[None]:
+    """Dispatch serves from `cache_dir` (and the shipped databases) inside, with every memo forgotten on the way in
+    and out: it opens its store from TUNEKIT_CACHE_DIR on each miss, and a memo would keep serving the configs
+    resolved before."""
+    before = os.environ.get("TUNEKIT_CACHE_DIR")
+    os.environ["TUNEKIT_CACHE_DIR"] = str(cache_dir)
+    reset_all()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TUNEKIT_CACHE_DIR", None)
+        else:
+            os.environ["TUNEKIT_CACHE_DIR"] = before
+        reset_all()
+
+
+def record_plan(model: torch.nn.Module, ids: dict[str, torch.Tensor], plan: Path) -> int:
+    """Run the patched `model` once per run (prefill, decode, train) under the recorder; writes the plan and
+    returns the number of problems in it."""
+    with record_problems(plan) as recorder:
+        run_once(model, model, ids)
+    return len(recorder.problems)
+
+
+def tune_plan(plan: Path, cache_dir: Path, trials: int) -> TuneCounts:
+    """Tune every problem of `plan` into the store at `cache_dir`, as `tunekit tune --plan` does here. A problem
+    whose tuning fails is counted and named; the others are still tuned."""
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.fleet.plans import read_plan
+    from tunekit.store.store import Store
+    from tunekit.tuning.bench import default_timer
+    from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+
+    device, timer, options = fingerprint(), default_timer(), TuneOptions(trials=trials)
+    counts = TuneCounts()
+    with Store(cache_dir) as store:
+        for kernel, problem in read_plan(plan):
+            spec = get_spec(kernel)
+            try:
+                _, report = tune_and_store(spec, problem, device, options, store, timer=timer)
+            except TunekitError as exc:
+                counts.failed.append(f"{kernel} {spec.describe_problem(problem)}: {exc}")
+                continue
+            if report.skipped:
+                counts.skipped += 1
+            else:
+                counts.tuned += 1
+    return counts
+
+
+def run_workflow(
+    report: WorkflowReport,
+    record: Callable[[Path], int],
+    tune: Callable[[Path, Path, int], TuneCounts],
+    rerun: Callable[[], list[Result]],
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Result]:
+    """Record into `report.plan`, tune it into `report.cache_dir`, rerun served from there; fills `report` (counts
+    and wall times) and returns the rerun's rows, renamed (`tuned_rows`)."""
+    plan, cache_dir = Path(report.plan), Path(report.cache_dir)
+    start = clock()
+    report.problems = record(plan)
+    recorded = clock()
+    counts = tune(plan, cache_dir, report.trials)
+    tuned = clock()
+    with serving_from(cache_dir):
+        rows = rerun()
+    done = clock()
+    report.tuned, report.skipped, report.failed = counts.tuned, counts.skipped, list(counts.failed)
+    report.record_s, report.tune_s, report.rerun_s = recorded - start, tuned - recorded, done - tuned
+    report.total_s = done - start
+    return tuned_rows(rows)
+
+
+def gpu_workflow(w: Workload, variants: tuple[str, ...], reps: int, report: WorkflowReport) -> list[Result]:
+    """The workflow of one workload on the GPU: its patched model recorded, the plan tuned, `variants` rerun
+    (`measure`) served by the tuned cache."""
+    device = torch.device("cuda")
+    model = build(w, device, DTYPE)
+    patch(model)
+    ids = inputs(w, device)
+    held = [model]  # given up by the recording: the rerun builds its own copies, and the tuner wants the memory
+    del model
+
+    def record(plan: Path) -> int:
+        problems = record_plan(held.pop(), ids, plan)
+        torch.cuda.empty_cache()
+        return problems
+
+    def rerun() -> list[Result]:
+        torch._dynamo.reset()  # a compiled graph keeps the configs dispatch served when it was traced
+        return measure(w, variants, reps)
+
+    return run_workflow(report, record, tune_plan, rerun)
