@@ -46,8 +46,11 @@ def profile(fn, steps: int = 3) -> dict[str, float]:
     for event in prof.key_averages():
         if event.device_type.name != "CUDA" or event.self_device_time_total <= 0:
             continue
+        ms = event.self_device_time_total / 1e3 / steps
         kind = kind_of(event.key)
-        totals[kind] = totals.get(kind, 0.0) + event.self_device_time_total / 1e3 / steps
+        totals[kind] = totals.get(kind, 0.0) + ms
+        if kind not in ("gemm", "attention"):  # the kernels a patch may remove, by name
+            totals[f"  {kind}: {event.key[:90]}"] = ms
     return totals
 
 
@@ -85,12 +88,24 @@ def main() -> None:
         torch.cuda.empty_cache()
     (opts.out / f"kernel_breakdown_{opts.model}.json").write_text(json.dumps(record, indent=1))
     for run_name, by_variant in record.items():
-        kinds = sorted({k for v in by_variant.values() for k in v}, key=lambda k: -by_variant["eager"].get(k, 0))
+        kinds = sorted(
+            {k for v in by_variant.values() for k in v if not k.startswith(" ")},
+            key=lambda k: -by_variant["eager"].get(k, 0),
+        )
+        named = sorted(
+            (k for k in by_variant["tunekit"] if k.startswith(" ")), key=lambda k: -by_variant["tunekit"][k]
+        )[:14]
         print(f"\n{opts.model} {run_name} {w.prefill}: GPU ms per step by kernel kind")
         print(f"{'kind':14}" + "".join(f"{v:>10}" for v in by_variant))
         for kind in [*kinds, "total"]:
-            cells = [sum(v.values()) if kind == "total" else v.get(kind, 0.0) for v in by_variant.values()]
+            cells = [
+                sum(t for k, t in v.items() if not k.startswith(" ")) if kind == "total" else v.get(kind, 0.0)
+                for v in by_variant.values()
+            ]
             print(f"{kind:14}" + "".join(f"{c:10.3f}" for c in cells))
+        print("tunekit's largest kernels outside GEMM and attention (ms per step):")
+        for k in named:
+            print(f"{by_variant['tunekit'][k]:8.3f} {k.strip()}")
 
 
 if __name__ == "__main__":
