@@ -8,6 +8,11 @@ What is swapped, and how each is recognized (by structure and by checking numeri
   equal, on a probe, to RMSNorm's or LayerNorm's over the last dim times weight or (Gemma's) 1 + weight;
 - a projection holding its weight as [in, out] (GPT-2's Conv1D): a 2-D `weight`, a 1-D `bias`, no children, and an
   output equal to x @ weight + bias on a probe;
+- rotary position embedding: a module whose forward calls, by global name, a function computing q*cos +
+  rotate_half(q)*sin (and the same for k) on a probe runs that code with tunekit's fused RoPE op in its place
+  (patching_rope: an instance forward over a copy of its globals);
+- a model's next-token loss (`loss_function`, settable, equal on a probe to the shifted mean cross-entropy):
+  tunekit's fused cross-entropy on the logits as they are (patching_loss);
 - an activation module applied to one projection's output inside its parent (a gated MLP's SiLU on the gate
   projection, a GELU MLP): fused into that projection's GEMM epilogue, the activation module replaced by Identity
   in that parent. The parent's output on a probe input must be unchanged, within the dtype's tolerance, or the
@@ -29,11 +34,15 @@ import torch
 
 from tunekit.runtime.patching_fusion import fuse_in, unfuse
 from tunekit.runtime.patching_kinds import classify
+from tunekit.runtime.patching_loss import patch_loss, unpatch_loss
+from tunekit.runtime.patching_rope import rope_forward
 
 __all__ = ["PatchReport", "patch", "unpatch"]
 
 _MARK = "_tunekit_patch"  # on a swapped module: what it was swapped as
-_SWAP_ATTRS = ("forward", "_tunekit_norm")  # what a swap sets on the instance besides the mark
+_SWAP_ATTRS = ("forward", "_tunekit_norm")
+_ROPE = "RoPE (by probe)"
+_LOSS = "next-token loss (by probe)"  # what a swap sets on the instance besides the mark
 
 
 @dataclass
@@ -81,6 +90,13 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
     for path, module in list(model.named_modules()):
         if module.__dict__.get(_MARK) is None and not any(True for _ in module.children()):
             _swap_leaf(module, path, report)
+    for path, module in list(model.named_modules()):
+        found = None if module.__dict__.get(_MARK) is not None else rope_forward(module)
+        if found is not None:
+            module.__dict__["forward"], module.__dict__[_MARK] = found[0], _ROPE
+            report.swapped.append((path, _ROPE))
+    if patch_loss(model):  # the model's own loss (a submodule's loss_function is never called for it)
+        report.swapped.append(("", _LOSS))
     if fuse_activations:
         shared = _held_twice(model)
         for path, module in list(model.named_modules()):
@@ -91,7 +107,7 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
 
 def unpatch(model: torch.nn.Module) -> int:
     """Restore every module `patch` swapped and every activation it fused; returns how many were restored."""
-    restored = 0
+    restored = int(unpatch_loss(model))
     for module in list(model.modules()):
         unfuse(module)
         if module.__dict__.pop(_MARK, None) is not None:

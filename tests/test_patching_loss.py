@@ -1,0 +1,91 @@
+"""tunekit.patch and a language model's loss: transformers' next-token loss runs tunekit's fused cross-entropy, per
+instance, recognized by what it computes (in the interpreter)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tunekit.ops as ops
+from tunekit.runtime import patching_loss
+from tunekit.runtime.patching import patch, unpatch
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 128
+
+
+def _llama() -> torch.nn.Module:
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+@pytest.fixture
+def loss_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = ops.cross_entropy
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(patching_loss.ops, "cross_entropy", counted)
+    return calls
+
+
+def test_the_loss_runs_fused_trains_alike_and_unpatch_restores(loss_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = _llama()
+    reference = copy.deepcopy(model)
+    original = model.loss_function
+    ids = torch.randint(0, VOCAB, (2, 9))
+    ids[0, 3] = -100  # an ignored target
+    report = patch(model)
+    assert ("", "next-token loss (by probe)") in report.swapped
+    assert patch(model).swapped == []
+    got, want = model(ids.clamp(min=0), labels=ids).loss, reference(ids.clamp(min=0), labels=ids).loss
+    assert got.dtype == want.dtype == torch.float32 and len(loss_calls) == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    got.backward(), want.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+    logits = torch.randn(2, 9, VOCAB)
+    items = torch.tensor(7)
+    torch.testing.assert_close(
+        model.loss_function(logits, ids, vocab_size=VOCAB, num_items_in_batch=items),
+        original(logits, ids, vocab_size=VOCAB, num_items_in_batch=items),
+    )
+    assert len(loss_calls) == 2
+    unpatch(model)
+    assert model.loss_function is original and "_loss_function" not in model.__dict__
+
+
+def test_a_loss_that_is_not_the_next_token_cross_entropy_is_kept() -> None:
+    model = _llama()
+
+    def smoothed(logits, labels, vocab_size, **kwargs):
+        shifted = F.pad(labels, (0, 1), value=-100)[..., 1:]
+        return F.cross_entropy(logits.float().flatten(0, -2), shifted.flatten(), label_smoothing=0.1)
+
+    model.loss_function = smoothed
+    assert all(kind != "next-token loss (by probe)" for _, kind in patch(model).swapped)
+    assert model.loss_function is smoothed
+    unpatch(model)
+    assert model.loss_function is smoothed  # the user's own, kept through unpatch
+
+
+def test_other_arguments_run_the_original(loss_calls: list[int]) -> None:
+    model = _llama()
+    patch(model)
+    logits, labels = torch.randn(1, 5, VOCAB), torch.randint(0, VOCAB, (1, 5))
+    shift = torch.randint(0, VOCAB, (1, 5))
+    expected = F.cross_entropy(logits.flatten(0, 1), shift.flatten())
+    torch.testing.assert_close(model.loss_function(logits, labels, vocab_size=VOCAB, shift_labels=shift), expected)
+    assert loss_calls == []

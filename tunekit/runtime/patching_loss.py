@@ -1,0 +1,97 @@
+"""A language model's loss on tunekit's fused cross-entropy, per instance.
+
+A model exposing a settable `loss_function(logits, labels, vocab_size, ...)` (transformers' models do) whose
+result equals, on a random probe, the next-token loss (labels shifted by one, mean cross-entropy over the targets
+that are not -100, computed in fp32) gets an instance loss function running `tunekit.ops.cross_entropy` on the
+logits as they are: no fp32 copy of the logits, and the gradient written in the forward pass. Calls with other
+arguments than the probed ones run the original. Recognized by what it computes; `unpatch` restores it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tunekit import ops
+
+_KEPT = "_tunekit_loss_function"  # on a patched model: (whether it held its own loss function, the original)
+_IGNORE = -100
+_ACCEPTED = {"num_items_in_batch", "ignore_index"}  # the arguments the fused loss handles itself
+
+
+def patch_loss(model: torch.nn.Module) -> bool:
+    """Swap the model's loss function if it is the next-token cross-entropy; True when swapped."""
+    if _KEPT in model.__dict__:
+        return False
+    original = getattr(model, "loss_function", None)
+    if not callable(original) or not _is_next_token_loss(original):
+        return False
+    own = "_loss_function" in model.__dict__
+    try:
+        model.loss_function = _fused(original)
+    except AttributeError:  # not settable: left as it is
+        return False
+    model.__dict__[_KEPT] = (own, original)
+    return True
+
+
+def unpatch_loss(model: torch.nn.Module) -> bool:
+    kept = model.__dict__.pop(_KEPT, None)
+    if kept is None:
+        return False
+    own, original = kept
+    if own:
+        model.loss_function = original
+    else:
+        model.__dict__.pop("_loss_function", None)  # what the setter wrote: the class's loss again
+    return True
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = _IGNORE) -> torch.Tensor:
+    """The reference the probe accepts: labels shifted by one, mean cross-entropy in fp32 over kept targets."""
+    shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    return F.cross_entropy(logits.float().flatten(0, -2), shifted.flatten(), ignore_index=ignore_index)
+
+
+def _is_next_token_loss(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    if len(parameters) < 3:
+        return False
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 6, 11, generator=generator) * 3
+    labels = torch.randint(0, 11, (2, 6), generator=generator)
+    labels[0, 2] = labels[1, 4] = _IGNORE
+    try:
+        with torch.no_grad():
+            got = fn(logits, labels, vocab_size=11)
+    except Exception:  # any function of model code: one that fails on the probe is not this loss
+        return False
+    expected = next_token_loss(logits, labels)
+    return isinstance(got, torch.Tensor) and got.numel() == 1 and bool(torch.allclose(got.float(), expected))
+
+
+def _fused(original: Callable[..., Any]) -> Callable[..., Any]:
+    def next_token_cross_entropy(logits: Any, labels: Any, vocab_size: Any = None, **kwargs: Any) -> Any:
+        probed_form = isinstance(logits, torch.Tensor) and isinstance(labels, torch.Tensor) and not (
+            set(kwargs) - _ACCEPTED or kwargs.get("shift_labels") is not None
+        )
+        if not probed_form or (vocab_size is not None and logits.shape[-1] != vocab_size):
+            return original(logits, labels, vocab_size, **kwargs)
+        ignore_index = kwargs.get("ignore_index", _IGNORE)
+        shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:].reshape(-1).to(logits.device)
+        items = kwargs.get("num_items_in_batch")
+        rows = logits.reshape(-1, logits.shape[-1])
+        if items is None:
+            return ops.cross_entropy(rows, shifted, ignore_index=ignore_index).float()
+        total = ops.cross_entropy(rows, shifted, ignore_index=ignore_index, reduction="sum").float()
+        return total / (items.to(total.device) if isinstance(items, torch.Tensor) else items)
+
+    next_token_cross_entropy.__wrapped__ = original  # type: ignore[attr-defined]
+    return next_token_cross_entropy
