@@ -15,6 +15,8 @@ from tunekit.core.errors import TunekitError
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}  # relative to the largest gradient
 
+_CE_TARGET = torch.tensor([3, -100, 0, 16, 7, 2])  # cross_entropy's class targets, one ignored
+
 # op name -> (shapes of its tensor arguments, tunekit call, torch call); both calls take the tensors in order.
 Case = tuple[tuple[tuple[int, ...], ...], Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
 CASES: dict[str, Case] = {
@@ -38,6 +40,11 @@ CASES: dict[str, Case] = {
     "sum": (((6, 9),), lambda x: ops.sum(x, 1), lambda x: torch.sum(x, 1)),
     "mean": (((6, 9),), lambda x: ops.mean(x, 0), lambda x: torch.mean(x, 0)),
     "max": (((6, 9),), lambda x: ops.max(x, 1).values, lambda x: torch.max(x, 1).values),
+    "cross_entropy": (
+        ((6, 17),),
+        lambda x: ops.cross_entropy(x, _CE_TARGET),
+        lambda x: F.cross_entropy(x, _CE_TARGET),
+    ),
     "softmax": (((6, 17),), lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1)),
     "log_softmax": (((6, 17),), lambda x: ops.log_softmax(x, -1), lambda x: torch.log_softmax(x, -1)),
     "linear": (

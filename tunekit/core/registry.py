@@ -18,6 +18,7 @@ KERNELS: dict[str, str] = {
     "pointwise_backward": "tunekit.kernels.pointwise_backward",
     "reduction": "tunekit.kernels.reduction",
     "softmax": "tunekit.kernels.softmax",
+    "cross_entropy": "tunekit.kernels.cross_entropy",
     "gemm": "tunekit.kernels.gemm",
 }
 

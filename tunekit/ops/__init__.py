@@ -4,6 +4,7 @@
 """
 
 from tunekit.ops.gemm import linear, matmul
+from tunekit.ops.loss import cross_entropy
 from tunekit.ops.normalization import layer_norm, rms_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
@@ -11,6 +12,7 @@ from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
 __all__ = [
     "bias_act",
     "bias_act_residual",
+    "cross_entropy",
     "gelu",
     "layer_norm",
     "linear",
