@@ -32,7 +32,7 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.cross_entropy import REDUCTIONS, loss_and_grad
 from tunekit.ops._checks import grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
-from tunekit.runtime.dispatch import dispatcher, torch_serves_all
+from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
 _CE = dispatcher("cross_entropy", torch_fallback=True)
@@ -73,6 +73,13 @@ def _kernel_takes(input: object, target: object, ignore_index: object, reduction
         and smoothing == 0.0
         and type(smoothing) in (int, float)
     )
+
+
+def kernel_serves(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> bool:
+    """Whether this call runs the fused kernel (not torch's op): what it takes, and a config dispatch serves."""
+    if not _kernel_takes(input, target, ignore_index, reduction, 0.0):
+        return False
+    return _CE.config(_CE.spec.key_of((*_rows(input, target), ignore_index, reduction))) is not TORCH
 
 
 def _rows(input: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tunekit import ops
+from tunekit.ops import loss
 
 _KEPT = "_tunekit_loss_function"  # on a patched model: (whether it held its own loss function, the original)
 _IGNORE = -100
@@ -82,16 +83,20 @@ def _fused(original: Callable[..., Any]) -> Callable[..., Any]:
         probed_form = isinstance(logits, torch.Tensor) and isinstance(labels, torch.Tensor) and not (
             set(kwargs) - _ACCEPTED or kwargs.get("shift_labels") is not None
         )
-        if not probed_form or (vocab_size is not None and logits.shape[-1] != vocab_size):
-            return original(logits, labels, vocab_size, **kwargs)
+        if not probed_form or torch.compiler.is_compiling() or (vocab_size not in (None, logits.shape[-1])):
+            return original(logits, labels, vocab_size, **kwargs)  # compiled: the compiler fuses the original
         ignore_index = kwargs.get("ignore_index", _IGNORE)
         shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:].reshape(-1).to(logits.device)
-        items = kwargs.get("num_items_in_batch")
         rows = logits.reshape(-1, logits.shape[-1])
+        if not loss.kernel_serves(rows, shifted, ignore_index, "none"):
+            return original(logits, labels, vocab_size, **kwargs)  # torch's op on fp32 logits, as written
+        # Per-row losses (fp32 math, rounded once to the logits' dtype), summed in fp32: the loss keeps fp32's
+        # precision without an fp32 copy of the logits.
+        per_row = ops.cross_entropy(rows, shifted, ignore_index=ignore_index, reduction="none").float()
+        items = kwargs.get("num_items_in_batch")
         if items is None:
-            return ops.cross_entropy(rows, shifted, ignore_index=ignore_index).float()
-        total = ops.cross_entropy(rows, shifted, ignore_index=ignore_index, reduction="sum").float()
-        return total / (items.to(total.device) if isinstance(items, torch.Tensor) else items)
+            return per_row.sum() / (shifted != ignore_index).sum()
+        return per_row.sum() / (items.to(per_row.device) if isinstance(items, torch.Tensor) else items)
 
     next_token_cross_entropy.__wrapped__ = original  # type: ignore[attr-defined]
     return next_token_cross_entropy
