@@ -18,6 +18,8 @@ KERNELS: dict[str, str] = {
     "pointwise_backward": "tunekit.kernels.pointwise_backward",
     "reduction": "tunekit.kernels.reduction",
     "softmax": "tunekit.kernels.softmax",
+    "rope": "tunekit.kernels.rope",
+    "rope_backward": "tunekit.kernels.rope_backward",
     "gemm": "tunekit.kernels.gemm",
 }
 
