@@ -57,16 +57,14 @@ def _grads64(q, k, cos, sin, unsqueeze_dim, grads):
 def _check(q, k, cos, sin, unsqueeze_dim=1, seed=0):
     """Forward and backward of the op against transformers' formula in float64, on the kernels."""
     q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
-    served = dispatch.dispatcher("rope").counters.copy(), dispatch.dispatcher("rope_backward").counters.copy()
     outs = ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
     grads = [_randn(*o.shape, seed=seed + i, dtype=o.dtype) for i, o in enumerate(outs)]
     got_grads = torch.autograd.grad(outs, (q, k), grads)
     want, want_grads = _grads64(q, k, cos, sin, unsqueeze_dim, grads)
     for name, got, expected in zip(("q", "k", "dq", "dk"), (*outs, *got_grads), (*want, *want_grads)):
         _assert_close(got, expected, q.dtype, name)
-    # both kernels served it (the heuristic, in the interpreter), not torch
-    assert dispatch.dispatcher("rope").counters != served[0] or dispatch.dispatcher("rope").memo
-    assert sum(dispatch.dispatcher("rope_backward").counters.values()) >= 1
+    # both kernels served it (the heuristic, in the interpreter), not torch's formula
+    assert dispatch.dispatcher("rope").served_by and dispatch.dispatcher("rope_backward").served_by
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
