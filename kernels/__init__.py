@@ -7,7 +7,8 @@
 - layernorm_backward.py, rmsnorm_backward.py: the norm backwards (one set of jit kernels, IS_RMS); the four norms
   declare themselves through layernorm.norm_spec (their problem's fields and CLI shape);
 - reduction.py, pointwise.py: sum/mean/max, and the fused elementwise chain;
+- rope.py, rope_backward.py: rotary position embedding of q and k and its adjoint (one set of jit kernels, BACKWARD);
 - gemm/: the fused-epilogue GEMM (jit kernels by variant family, host launch, problems, model, declaration);
-- rows_model.py, reduction_model.py, pointwise_model.py (and gemm/model.py): each family's tile geometry for the
-  quantization model (tunekit/geometry.py), declared as `KernelSpec.model`.
+- rows_model.py, reduction_model.py, pointwise_model.py, rope_model.py (and gemm/model.py): each family's tile
+  geometry for the quantization model (tunekit/geometry.py), declared as `KernelSpec.model`.
 """

@@ -16,6 +16,26 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}  # relative to the largest gradient
 
 _CE_TARGET = torch.tensor([3, -100, 0, 16, 7, 2])  # cross_entropy's class targets, one ignored
+# rotary_embedding's cos and sin: fixed (only q and k are leaves: cos or sin requiring grad runs torch's formula, see
+# tests/test_rope.py), of q's dtype as transformers casts them, with unequal halves.
+_ROPE_GEN = torch.Generator().manual_seed(5)
+_COS, _SIN = (torch.rand(2, 5, 8, generator=_ROPE_GEN, dtype=torch.float64) * 2 - 1 for _ in range(2))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat((-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+def _rotary(q: torch.Tensor, k: torch.Tensor, rotary: Callable[..., tuple[torch.Tensor, ...]]) -> torch.Tensor:
+    """One tensor of both results (the walk compares one output): q [2, 3, 5, 8], k [2, 1, 5, 8] (grouped)."""
+    q_embed, k_embed = rotary(q, k, _COS.to(q.dtype), _SIN.to(q.dtype))
+    return torch.cat((q_embed.flatten(), k_embed.flatten()))
+
+
+def _torch_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
 
 # op name -> (shapes of its tensor arguments, tunekit call, torch call); both calls take the tensors in order.
 Case = tuple[tuple[tuple[int, ...], ...], Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
@@ -56,6 +76,11 @@ CASES: dict[str, Case] = {
         ((9, 24), (24, 16), (16,), (9, 16)),
         lambda a, b, bias, r: ops.matmul(a, b, bias=bias, activation="relu", alpha=0.5, beta=2.0, residual=r),
         lambda a, b, bias, r: F.relu(0.5 * (a @ b) + bias) + 2.0 * r,
+    ),
+    "rotary_embedding": (
+        ((2, 3, 5, 8), (2, 1, 5, 8)),
+        lambda q, k: _rotary(q, k, ops.rotary_embedding),
+        lambda q, k: _rotary(q, k, _torch_rotary),
     ),
 }
 
@@ -137,7 +162,16 @@ def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):
 
 # ---- eager training skips the custom-op dispatcher (its host cost), with the same numbers ----
 
-EAGER_TRAINED = ("layer_norm", "rms_norm", "linear", "matmul", "gelu", "bias_act", "bias_act_residual")
+EAGER_TRAINED = (
+    "layer_norm",
+    "rms_norm",
+    "linear",
+    "matmul",
+    "gelu",
+    "bias_act",
+    "bias_act_residual",
+    "rotary_embedding",
+)
 
 
 @pytest.mark.parametrize("name", EAGER_TRAINED)

@@ -443,6 +443,60 @@ def linear_calls(draw: st.DrawFn) -> Call:
     return Call(t, lambda t: ops.linear(t["x"], t["w"], t["b"], activation, t["r"]), ref, gemm=True)
 
 
+def _rotary_operand(draw: st.DrawFn, shape: list[int], heads_dim: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """q or k of `shape` in a layout models produce: contiguous, a transposed projection (the [B, S, H, D] buffer
+    seen as [B, H, S, D] or the other way), a prefix of a wider head dim (GPT-NeoX's partial rotary), or one of
+    the general layouts (a strided or offset last dim, a broadcast batch)."""
+    layout = draw(st.sampled_from(["contiguous", "transposed", "prefix", "strided", "offset", "expanded"]))
+    special = draw(st.booleans()) and draw(st.booleans())
+    if layout == "transposed":
+        other = 3 - heads_dim
+        swapped = list(shape)
+        swapped[heads_dim], swapped[other] = shape[other], shape[heads_dim]
+        return _make(swapped, dtype, "contiguous", special, seed).transpose(1, 2)
+    if layout == "prefix":
+        return _make([*shape[:3], shape[3] + 4], dtype, "contiguous", special, seed)[..., : shape[3]]
+    return _make(shape, dtype, layout, special, seed)
+
+
+@st.composite
+def rotary_embedding_calls(draw: st.DrawFn) -> Call:
+    """q [B, Hq, S, D] and k [B, Hk, S, D] (or [B, S, H, D] with unsqueeze_dim 2, negative dims too), cos and sin
+    [B or 1, S or 1, D], odd and empty sizes; cos and sin are leaves (torch's formula) or constants."""
+    dtype = draw(st.sampled_from(SUPPORTED))
+    batch, seq, q_heads, k_heads = (draw(st.sampled_from([0, 1, 2, 2, 3, 3])) for _ in range(4))
+    dim = draw(st.sampled_from([0, 1, 3, 6, 8, 8, 8, 10, 16]))
+    unsqueeze_dim = draw(st.sampled_from([1, 2, -3, -2]))
+    heads_dim = unsqueeze_dim % 4
+
+    def operand(heads: int, seed: int) -> torch.Tensor:
+        shape = [batch, heads, seq, dim] if heads_dim == 1 else [batch, seq, heads, dim]
+        return _rotary_operand(draw, shape, heads_dim, dtype, seed)
+
+    cos_shape = [draw(st.sampled_from([batch, 1])), draw(st.sampled_from([seq, seq, 1])), dim]
+    cos_dtype = draw(st.sampled_from([dtype] * 5 + [torch.float16]))  # the latter: torch promotes, or refuses
+    cos, sin = (_make(cos_shape, cos_dtype, "contiguous", False, s).clamp(-1, 1) for s in (3, 4))
+    t = {"q": operand(q_heads, 1), "k": operand(k_heads, 2)}
+    leaves = draw(st.booleans())
+    if leaves:
+        t.update(cos=cos, sin=sin)
+
+    def rotary(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], t: dict[str, Any], wide: bool) -> torch.Tensor:
+        c, s = (t["cos"], t["sin"]) if leaves else (cos, sin)
+        if wide:
+            c, s = c.double(), s.double()
+        q_embed, k_embed = fn(t["q"], t["k"], c, s, unsqueeze_dim)
+        return torch.cat((q_embed.flatten(), k_embed.flatten()))
+
+    def reference(q, k, c, s, unsqueeze_dim):  # transformers' formula
+        c, s = c.unsqueeze(unsqueeze_dim), s.unsqueeze(unsqueeze_dim)
+        half = dim // 2
+        return tuple(x * c + torch.cat((-x[..., half:], x[..., :half]), -1) * s for x in (q, k))
+
+    out_dtype = torch.promote_types(dtype, cos_dtype)
+    return Call(t, lambda t: rotary(ops.rotary_embedding, t, False), lambda t: rotary(reference, t, True), out_dtype)
+
+
 CASES: dict[str, Callable[[], st.SearchStrategy[Call]]] = {
     "bias_act": lambda: bias_act_calls(residual=False),
     "bias_act_residual": lambda: bias_act_calls(residual=True),
@@ -454,6 +508,7 @@ CASES: dict[str, Callable[[], st.SearchStrategy[Call]]] = {
     "max": max_calls,
     "mean": lambda: sum_mean_calls(mean=True),
     "rms_norm": rms_norm_calls,
+    "rotary_embedding": rotary_embedding_calls,
     "softmax": lambda: softmax_calls(log=False),
     "sum": lambda: sum_mean_calls(mean=False),
 }

@@ -193,7 +193,9 @@ def test_bench_host_needs_a_gpu_and_says_so() -> None:
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "matmul", "gelu", "bias_act", "bias_act_residual"])
+@pytest.mark.parametrize(
+    "name", ["layer_norm", "rms_norm", "matmul", "gelu", "bias_act", "bias_act_residual", "rotary_embedding"]
+)
 def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> None:
     """The public op never plans an autograd call, but the bodies its eager autograd Function runs (grad mode off)
     do: after a few steps (the op's own watched step runs them as they are), forward and backward are replays, with
@@ -222,7 +224,18 @@ def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> No
 
 
 @pytest.mark.parametrize(
-    "name", ["layer_norm", "rms_norm", "linear", "matmul", "softmax", "gelu", "bias_act", "bias_act_residual"]
+    "name",
+    [
+        "layer_norm",
+        "rms_norm",
+        "linear",
+        "matmul",
+        "softmax",
+        "gelu",
+        "bias_act",
+        "bias_act_residual",
+        "rotary_embedding",
+    ],
 )
 def test_a_torch_served_training_call_becomes_torch_own_op(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served TORCH throughout, a call that autograd records has torch's own op as its plan: torch records the

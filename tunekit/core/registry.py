@@ -19,6 +19,8 @@ KERNELS: dict[str, str] = {
     "reduction": "tunekit.kernels.reduction",
     "softmax": "tunekit.kernels.softmax",
     "cross_entropy": "tunekit.kernels.cross_entropy",
+    "rope": "tunekit.kernels.rope",
+    "rope_backward": "tunekit.kernels.rope_backward",
     "gemm": "tunekit.kernels.gemm",
 }
 

@@ -8,6 +8,7 @@ from tunekit.ops.loss import cross_entropy
 from tunekit.ops.normalization import layer_norm, rms_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
+from tunekit.ops.rotary import rotary_embedding
 
 __all__ = [
     "bias_act",
@@ -21,6 +22,7 @@ __all__ = [
     "max",
     "mean",
     "rms_norm",
+    "rotary_embedding",
     "softmax",
     "sum",
 ]
