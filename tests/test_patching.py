@@ -48,8 +48,14 @@ def _gpt2():
 
 MODELS = {"llama": _llama, "gpt2": _gpt2}
 EXPECTED = {  # what patch swaps and fuses in each, found by structure and probes, not by class name
-    "llama": ({"Linear": 15, "RMSNorm (by structure)": 5}, {"silu"}),
-    "gpt2": ({"LayerNorm": 5, "Linear": 1, "Linear [in, out] (by structure)": 8}, {"gelu_tanh"}),
+    "llama": (
+        {"Linear": 15, "RMSNorm (by structure)": 5, "RoPE (by probe)": 2, "next-token loss (by probe)": 1},
+        {"silu"},
+    ),
+    "gpt2": (
+        {"LayerNorm": 5, "Linear": 1, "Linear [in, out] (by structure)": 8, "next-token loss (by probe)": 1},
+        {"gelu_tanh"},
+    ),
 }
 
 

@@ -35,6 +35,8 @@ class Family:
     norm: str | None  # what the norms of model code (a 1-D weight and an eps, not torch's) are swapped as
     fused: tuple[int, str | None]  # how many activations fuse (one per MLP), and which
     skipped: int = 0  # modules that look swappable but are not (a subclass with its own forward)
+    rope: bool = True  # attention calls transformers' rotate_half RoPE function (one swap per attention module)
+    loss: bool = True  # a causal LM whose forward calls its next-token loss_function
 
 
 FAMILIES = {
@@ -57,7 +59,12 @@ FAMILIES = {
     ),
     # Cohere's norm subtracts the mean and has no bias.
     "cohere": Family(
-        "CohereConfig", "CohereForCausalLM", {**_DECODER, "pad_token_id": 0}, "LayerNorm (by structure)", (2, "silu")
+        "CohereConfig",
+        "CohereForCausalLM",
+        {**_DECODER, "pad_token_id": 0},
+        "LayerNorm (by structure)",
+        (2, "silu"),
+        rope=False,
     ),
     # Mixtral's experts hold their weights as 3-D tensors (no Linear): the router and attention are swapped.
     "mixtral": Family(
@@ -91,6 +98,7 @@ FAMILIES = {
         ),
         None,
         (2, "relu"),
+        rope=False,
     ),
     # Falcon's FalconLinear subclasses torch's Linear with its own forward: skipped, 4 per layer.
     "falcon": Family(
@@ -108,6 +116,7 @@ FAMILIES = {
         dict(hidden_size=WIDTH, n_layer=2, n_head=4, vocab_size=VOCAB),
         None,
         (0, None),
+        rope=False,
     ),
     "gptj": Family(
         "GPTJConfig",
@@ -115,10 +124,19 @@ FAMILIES = {
         dict(n_embd=WIDTH, n_layer=2, n_head=4, vocab_size=VOCAB, rotary_dim=8, n_positions=64),
         None,
         (2, "gelu_tanh"),
+        rope=False,
     ),
     # BERT: one GELU per layer, and one in the masked-LM head (dense, GELU, LayerNorm).
-    "bert": Family("BertConfig", "BertForMaskedLM", _ENCODER, None, (3, "gelu")),
-    "roberta": Family("RobertaConfig", "RobertaForMaskedLM", {**_ENCODER, "pad_token_id": 1}, None, (2, "gelu")),
+    "bert": Family("BertConfig", "BertForMaskedLM", _ENCODER, None, (3, "gelu"), rope=False, loss=False),
+    "roberta": Family(
+        "RobertaConfig",
+        "RobertaForMaskedLM",
+        {**_ENCODER, "pad_token_id": 1},
+        None,
+        (2, "gelu"),
+        rope=False,
+        loss=False,
+    ),
     # T5's norm is an RMSNorm without mean subtraction, its statistics in fp32.
     "t5": Family(
         "T5Config",
@@ -126,6 +144,8 @@ FAMILIES = {
         dict(d_model=WIDTH, d_kv=16, d_ff=96, num_layers=1, num_heads=4, vocab_size=VOCAB),
         "RMSNorm (by structure)",
         (2, "relu"),
+        rope=False,
+        loss=False,
     ),
 }
 
@@ -164,6 +184,10 @@ def _expected_kinds(model: torch.nn.Module, family: Family) -> Counter:
             kinds[own_forward.__name__] += 1
         elif family.norm and not isinstance(module, torch.nn.LayerNorm) and _looks_like_norm(module):
             kinds[family.norm] += 1
+    if family.rope:
+        kinds["RoPE (by probe)"] = _ENCODER["num_hidden_layers"]  # one attention module per layer
+    if family.loss:
+        kinds["next-token loss (by probe)"] = 1
     return kinds
 
 

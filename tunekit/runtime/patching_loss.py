@@ -26,14 +26,14 @@ _ACCEPTED = {"num_items_in_batch", "ignore_index"}  # the arguments the fused lo
 
 def patch_loss(model: torch.nn.Module) -> bool:
     """Swap the model's loss function if it is the next-token cross-entropy; True when swapped."""
-    if _KEPT in model.__dict__:
+    if _KEPT in model.__dict__ or not _forward_calls_loss_function(model):
         return False
     original = getattr(model, "loss_function", None)
     if not callable(original) or not _is_next_token_loss(original):
         return False
     own = "_loss_function" in model.__dict__
     try:
-        model.loss_function = _fused(original)
+        setattr(model, "loss_function", _fused(original))  # noqa: B010  (Module's __setattr__ types it a tensor)
     except AttributeError:  # not settable: left as it is
         return False
     model.__dict__[_KEPT] = (own, original)
@@ -46,10 +46,18 @@ def unpatch_loss(model: torch.nn.Module) -> bool:
         return False
     own, original = kept
     if own:
-        model.loss_function = original
+        setattr(model, "loss_function", original)  # noqa: B010
     else:
         model.__dict__.pop("_loss_function", None)  # what the setter wrote: the class's loss again
     return True
+
+
+def _forward_calls_loss_function(model: torch.nn.Module) -> bool:
+    """Whether the class's forward (under its decorators) reads `loss_function`: a model that computes its loss
+    some other way (T5 builds its own CrossEntropyLoss) gains nothing from a swap and would misreport one."""
+    forward = inspect.unwrap(getattr(type(model), "forward", None) or (lambda: None))
+    code = getattr(forward, "__code__", None)
+    return code is not None and "loss_function" in code.co_names
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = _IGNORE) -> torch.Tensor:
