@@ -306,3 +306,22 @@ def test_a_failing_workflow_keeps_what_was_measured(tmp_path, monkeypatch):
     assert result.exit_code == 1 and "error: the tuner ran out of patience" in result.output
     doc = json.loads((tmp_path / model_run.JSON_NAME).read_text())
     assert [r["variant"] for r in doc["results"]] == list(model_results.VARIANTS) and doc["workflow"] is None
+
+
+def test_a_global_patch_is_undone_after_its_variant() -> None:
+    """Liger-Kernel rewrites Llama's modeling module for every model of the process; after its variant the module
+    and its classes are transformers' own again, so later variants (and the workflow) measure tunekit alone."""
+    pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama
+
+    from tunekit.evaluation.model_bench import _modeling_state, _restore
+
+    rope, forward = modeling_llama.apply_rotary_pos_emb, modeling_llama.LlamaForCausalLM.forward
+    state = _modeling_state()
+    modeling_llama.apply_rotary_pos_emb = lambda *a: a
+    modeling_llama.LlamaForCausalLM.forward = lambda self, *a: a
+    modeling_llama.LlamaMLP.extra = "added"
+    modeling_llama.added_global = 1
+    _restore(state)
+    assert modeling_llama.apply_rotary_pos_emb is rope and modeling_llama.LlamaForCausalLM.forward is forward
+    assert not hasattr(modeling_llama.LlamaMLP, "extra") and not hasattr(modeling_llama, "added_global")

@@ -129,10 +129,36 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
 
+def _modeling_state() -> list[tuple[Any, dict[str, Any]]]:
+    """The namespaces Liger-Kernel's patch rewrites for every model of the process, not only the one it is given
+    (Llama's modeling module: its functions and its classes' attributes), as they are now."""
+    try:
+        from transformers.models.llama import modeling_llama
+    except ImportError:
+        return []
+    classes = [
+        c for c in vars(modeling_llama).values() if isinstance(c, type) and c.__module__ == modeling_llama.__name__
+    ]
+    return [(modeling_llama, dict(vars(modeling_llama))), *((c, dict(vars(c))) for c in classes)]
+
+
+def _restore(state: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Undo what a global patch changed in `state`'s namespaces, so the variants measured after it (and the
+    workflow's) run transformers' own code: Liger swaps Llama's RoPE function, norm and MLP classes and its
+    causal-LM forward at module level."""
+    for owner, saved in state:
+        for name in [n for n in vars(owner) if n not in saved]:
+            delattr(owner, name)
+        for name, value in saved.items():
+            if vars(owner).get(name) is not value and not (name.startswith("__") and name.endswith("__")):
+                setattr(owner, name, value)
+
+
 def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -> list[Result]:
     """Time each variant's runs. Eager always runs, and first: every other variant's agreement and ratio are
-    against it."""
-    variants = ("eager", *(v for v in variants if v != "eager"))
+    against it. Liger runs last, and what its patch changed globally is undone after it."""
+    variants = ("eager", *(v for v in variants if v not in ("eager", "liger")), *(v for v in variants if v == "liger"))
+    clean = _modeling_state()
     device = torch.device("cuda")
     base = build(w, device, DTYPE)
     ids_of = inputs(w, device)
@@ -180,6 +206,7 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
                 result.argmax_agree = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
             results.append(result)
         del model, run
+        _restore(clean)
         torch.cuda.empty_cache()
     return results
 
