@@ -55,7 +55,7 @@ def test_tune_show_export_import(toy, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["tune", "--kernel", "nope"], "unknown kernel 'nope'. Available: ['gemm', 'layernorm'"),
+        (["tune", "--kernel", "nope"], "unknown kernel 'nope'. Available: ['cross_entropy', 'gemm', 'layernorm'"),
         (["tune", "--kernel", "toy", "--shape", "8xx2"], "--shape must be positive integers"),
         (["tune", "--kernel", "toy", "--shape", "0x4"], "--shape must be positive integers"),
         (["tune", "--kernel", "toy", "--shape", "8x4x2"], "toy shapes are MxN"),

@@ -497,7 +497,26 @@ def rotary_embedding_calls(draw: st.DrawFn) -> Call:
     return Call(t, lambda t: rotary(ops.rotary_embedding, t, False), lambda t: rotary(reference, t, True), out_dtype)
 
 
+@st.composite
+def cross_entropy_calls(draw: st.DrawFn) -> Call:
+    """Logits [N, V] (odd V, strided rows, NaN and inf among them), int64 targets (some ignored, the target not a
+    leaf: it is closed over), each reduction."""
+    n, v = draw(st.sampled_from([0, 1, 2, 5, 9])), draw(st.sampled_from([1, 2, 7, 33, 130]))
+    x = _make([n, v], draw(st.sampled_from(DTYPES)), draw(st.sampled_from(["contiguous", "strided"])),
+              draw(st.booleans()), 1)  # fmt: skip
+    target = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(draw(st.integers(0, 999))))
+    if n and draw(st.booleans()):
+        target[0] = -100
+    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
+
+    def call(fn: Callable[..., torch.Tensor]) -> Callable[[dict[str, Any]], torch.Tensor]:
+        return lambda t: fn(t["x"], target.to(t["x"].device), reduction=reduction)
+
+    return Call({"x": x}, call(ops.cross_entropy), call(F.cross_entropy))
+
+
 CASES: dict[str, Callable[[], st.SearchStrategy[Call]]] = {
+    "cross_entropy": cross_entropy_calls,
     "bias_act": lambda: bias_act_calls(residual=False),
     "bias_act_residual": lambda: bias_act_calls(residual=True),
     "gelu": gelu_calls,

@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tunekit.core import backend
+from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.cross_entropy import REDUCTIONS, loss_and_grad
-from tunekit.ops._checks import grads_flow
+from tunekit.ops._checks import check_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
 from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
@@ -170,6 +171,10 @@ def cross_entropy(
 ) -> Tensor:
     """F.cross_entropy(input, target, weight, ignore_index=..., reduction=..., label_smoothing=...). The fused
     kernel serves 2-D logits with int64 class targets, no weight and no label smoothing; torch the rest."""
+    if not isinstance(input, Tensor):
+        raise InvalidInputError(f"input must be a tensor of logits, but got {type(input).__name__}")
+    dtype_name(input, "input")  # as every op: the kernels' dtypes on the kernels' device, else a clear error
+    check_device(input, "input")
     if weight is not None or not _kernel_takes(input, target, ignore_index, reduction, label_smoothing):
         return _torch_cross_entropy(input, target, ignore_index, reduction, label_smoothing, weight=weight)
     trains = grads_flow(input)
