@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fingerprints import H200, H200_LIMITS, INTERPRETER
 
+import tunekit.ops  # noqa: F401  (the ops register the kernels whose problems torch may serve: as in use, in any order)
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.registry import get_spec, kernel_names
 from tunekit.runtime.dispatch import resolve
@@ -54,7 +55,8 @@ def _entry_row(entry) -> dict[str, object]:
         "config": dict(served.config),
         "heuristic": spec.heuristic(problem, device),
         "heuristic_interpreter": spec.heuristic(problem, INTERPRETER),
-        "model": _modelled(kernel, dict(served.config), problem),
+        # the model's view of the entry's config (where torch serves the problem, of the config it would replace)
+        "model": _modelled(kernel, dict(served.entry.config if served.entry is not None else served.config), problem),
         "signature": None if signature is None else _digest(signature),
     }
 

@@ -105,3 +105,31 @@ def test_tune_prints_torchs_time_and_who_serves() -> None:
     assert result.to_json()["torch_ms"] == 0.75
     slower = dataclasses.replace(report.entry, provenance={**report.entry.provenance, "torch_ms": 2.0})
     assert dataclasses.replace(result, entry=slower).timing().endswith("torch 2.0000 ms (2.00x)")
+
+
+@pytest.mark.parametrize(
+    ("time_ms", "torch_ms", "served"),
+    [
+        (0.02, None, "torch-launch-bound"),
+        (0.05, None, "cache"),  # launch-bound, no torch time: nothing says the kernel wins in use
+        (0.02, 0.05, "cache"),  # launch-bound, but the tuner timed torch slower (host cost counted)
+        (0.5, None, "cache"),  # GPU-bound: the GPU time decides
+    ],
+)
+def test_a_launch_bound_entry_needs_torchs_time_to_serve_triton(
+    isolated_cache, monkeypatch, time_ms, torch_ms, served
+) -> None:
+    monkeypatch.setattr(dispatch, "TORCH_FALLBACK", {"gemm"})
+    entry = tuned_entry(TimesTorch({}, torch_ms=torch_ms) if torch_ms else PlantedBench())
+    provenance = {k: v for k, v in entry.provenance.items() if torch_ms or k != "torch_ms"}
+    entry = dataclasses.replace(
+        entry, time_ms=time_ms, provenance=provenance, key=dataclasses.replace(entry.key, device_key=H200.key)
+    )
+    store = Store()
+    try:
+        store.put(entry)
+        resolution = dispatch.resolve(SPEC, PROBLEM, H200, store)
+    finally:
+        store.close()
+    assert resolution.layer == served
+    assert (resolution.config is dispatch.TORCH) == (served != "cache")

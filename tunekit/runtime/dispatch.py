@@ -33,11 +33,11 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
-from tunekit.tuning.torch_candidate import TORCH_CANDIDATE, torch_time
+from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS, TORCH_CANDIDATE, torch_time
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "torch-measured", "torch", "nearest", "model", "heuristic", "tuned")
+LAYERS = ("cache", "shipped", "torch-measured", "torch-launch-bound", "torch", "nearest", "model", "heuristic", "tuned")
 TORCH: Config = TORCH_CANDIDATE  # served config meaning "run torch's own op" (one object: ops test `is TORCH`)
 TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
 UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
@@ -93,10 +93,16 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
 
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
-    torch_candidate: torch is a candidate like any config)."""
+    torch_candidate: torch is a candidate like any config), or where the entry is launch-bound and holds no torch
+    time: its GPU time says nothing of the host's work per call, which decides such a problem (an older entry
+    served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly)."""
+    if spec.name not in TORCH_FALLBACK or device.is_interpreter:
+        return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
-    if torch_ms is not None and torch_ms <= entry.time_ms and spec.name in TORCH_FALLBACK and not device.is_interpreter:
+    if torch_ms is not None and torch_ms <= entry.time_ms:
         return Resolution("torch-measured", TORCH, entry)
+    if torch_ms is None and entry.time_ms < LAUNCH_BOUND_MS:
+        return Resolution("torch-launch-bound", TORCH, entry)
     return Resolution(layer, entry.config, entry)
 
 
