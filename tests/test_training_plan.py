@@ -47,3 +47,21 @@ def test_a_recorded_training_step_tunes_its_backward_problems(tmp_path: Path) ->
     for name in ("layernorm_backward", "rmsnorm_backward", "gemm"):
         served = set(dispatch.dispatcher(name).served_by.values())
         assert served == {"cache"}, (name, served)
+
+
+def test_an_untuned_gpu_records_the_backward_gemms_too(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU where torch serves the untuned forward GEMM (and so trains the call), the recording still holds the
+    two backward problems: the plan tunes them, after which they may serve."""
+    import dataclasses
+
+    from fingerprints import H200
+
+    monkeypatch.setattr(dispatch, "fingerprint", lambda: dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3"))
+    dispatch.reset_all()
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(8, 64, generator=gen, requires_grad=True), torch.randn(32, 64, generator=gen)
+    with tunekit.record_problems(tmp_path / "plan.jsonl"):
+        ops.linear(x, weight.requires_grad_()).sum().backward()
+    dispatch.reset_all()
+    layouts = {(g["a_layout"], g["b_layout"]) for k, g in read_plan(tmp_path / "plan.jsonl") if k == "gemm"}
+    assert {("row", "col"), ("row", "row"), ("col", "row")} <= layouts, layouts

@@ -130,7 +130,10 @@ def _torch_trains_it(g: _Gemm) -> bool:
     # neither alpha nor beta.
     dy = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
     problems = (g, _Gemm(dy, b.T), _Gemm(a.T, dy))
-    return any(_GEMM.config(_GEMM.spec.key_of(p)) is TORCH for p in problems)
+    # All three resolved (no short cut): a recording then holds the backward problems even where torch serves the
+    # forward one, so `tune --plan` tunes them.
+    served = [_GEMM.config(_GEMM.spec.key_of(p)) for p in problems]
+    return any(config is TORCH for config in served)
 
 
 def _linear_gemm(
