@@ -32,12 +32,12 @@ from tunekit.kernels.common import (
     element_bytes,
     next_pow2,
     normal_sampler,
-    prev_pow2,
     row_flops,
     vector_elements,
     warps_for,
 )
 from tunekit.kernels.rows_model import forward_model
+from tunekit.kernels.softmax import single_rows_config
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.cross_entropy import SPACE
 from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
@@ -295,7 +295,6 @@ def default_problems(device: DeviceFingerprint) -> list[Problem]:
 
 
 SINGLE_MAX_BLOCK_N = 4096  # whole rows in registers up to here; longer rows loop (one row per program)
-TARGET_TILE = 4096  # elements per program when several short rows share one
 ONLINE_WARPS = 8
 VECTORS_PER_THREAD = 2  # 16-byte vectors each thread loads per chunk
 
@@ -304,12 +303,7 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
     width = single_block_n(cols)
     if width <= SINGLE_MAX_BLOCK_N:
-        per_program = max(1, TARGET_TILE // width)
-        if device.sm_count > 0:  # keep at least two programs per SM
-            per_program = min(per_program, prev_pow2(max(1, rows // (2 * device.sm_count))))
-        per_program = min(per_program, rows, 64)
-        warps = max(warps_for(per_program * width, 8, 8), warps_for(per_program * width, 32, 32))
-        return {"variant": "single", "BLOCK_N": width, "ROWS": per_program, "num_warps": warps, "num_stages": 1}
+        return single_rows_config(rows, width, device)
     # Bandwidth bound: 16-byte vectors, VECTORS_PER_THREAD of them per thread per chunk (2 * 8 * 256 = 4096 bf16
     # logits), at most MAX_CHUNKS chunks unless the chunk is the space's widest.
     chunk = ONLINE_WARPS * 32 * vector_elements(str(problem["dtype"])) * VECTORS_PER_THREAD

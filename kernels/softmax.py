@@ -260,21 +260,27 @@ def _warps(tile: int) -> int:
     return max(warps_for(tile, 8, 8), warps_for(tile, 32, 32))
 
 
+def single_rows_config(rows: int, width: int, device: DeviceFingerprint) -> Config:
+    """The `single` variant's config: whole rows of `width` in registers, short rows sharing a program up to
+    TARGET_TILE elements while every SM keeps at least two programs (softmax and cross-entropy alike)."""
+    per_program = max(1, TARGET_TILE // width)
+    if device.sm_count > 0:  # keep at least two programs per SM
+        per_program = min(per_program, prev_pow2(rows // (2 * device.sm_count)))
+    per_program = min(per_program, rows, 64)
+    return {
+        "variant": "single",
+        "BLOCK_N": width,
+        "ROWS": per_program,
+        "num_warps": _warps(per_program * width),
+        "num_stages": 1,
+    }
+
+
 def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
     rows, cols = int(problem["rows"]), int(problem["cols"])
     width = single_block_n(cols)
     if width <= SINGLE_MAX_BLOCK_N:
-        per_program = max(1, TARGET_TILE // width)
-        if device.sm_count > 0:  # keep at least two programs per SM
-            per_program = min(per_program, prev_pow2(rows // (2 * device.sm_count)))
-        per_program = min(per_program, rows, 64)
-        return {
-            "variant": "single",
-            "BLOCK_N": width,
-            "ROWS": per_program,
-            "num_warps": _warps(per_program * width),
-            "num_stages": 1,
-        }
+        return single_rows_config(rows, width, device)
     # Wide rows: 32 warps per row. Fewer rows in flight per SM keep each row's second read in L2 (measured on an
     # H200: 2048x50257 and 1024x131072 ran 3-8% faster than with 8 warps).
     block_n = min(MAX_BLOCK_ELEMENTS, max(LOOPED_BLOCK_N, next_pow2(cols) // MAX_CHUNKS))

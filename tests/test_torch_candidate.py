@@ -53,6 +53,16 @@ def test_a_malformed_torch_time_is_ignored(value) -> None:
     assert torch_candidate.torch_time({} if value is None else {"torch_ms": value}) is None
 
 
+def _resolved_with(entry, device) -> dispatch.Resolution:
+    """How dispatch resolves PROBLEM on `device` with `entry` in the user's cache."""
+    store = Store()
+    try:
+        store.put(entry)
+        return dispatch.resolve(SPEC, PROBLEM, device, store)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("torch_ms", "device", "served"),
     [
@@ -68,12 +78,7 @@ def test_dispatch_serves_torch_where_the_tuner_measured_it_at_least_as_fast(
     monkeypatch.setattr(dispatch, "TORCH_FALLBACK", {"gemm"})
     entry = tuned_entry(TimesTorch({}, torch_ms=torch_ms))
     entry = dataclasses.replace(entry, key=dataclasses.replace(entry.key, device_key=device.key))
-    store = Store()
-    try:
-        store.put(entry)
-        resolution = dispatch.resolve(SPEC, PROBLEM, device, store)
-    finally:
-        store.close()
+    resolution = _resolved_with(entry, device)
     assert resolution.layer == served and resolution.entry is not None
     if served == "torch-measured":
         assert resolution.config is dispatch.TORCH
@@ -125,11 +130,6 @@ def test_a_launch_bound_entry_needs_torchs_time_to_serve_triton(
     entry = dataclasses.replace(
         entry, time_ms=time_ms, provenance=provenance, key=dataclasses.replace(entry.key, device_key=H200.key)
     )
-    store = Store()
-    try:
-        store.put(entry)
-        resolution = dispatch.resolve(SPEC, PROBLEM, H200, store)
-    finally:
-        store.close()
+    resolution = _resolved_with(entry, H200)
     assert resolution.layer == served
     assert (resolution.config is dispatch.TORCH) == (served != "cache")

@@ -59,13 +59,18 @@ def ops_hot() -> list:
     return hotpath.ops()
 
 
-def graph_capture() -> None:
+def _in_each_untuned_mode(check) -> None:
+    """`check(mode)` with untuned problems served by torch's kernels, then by tunekit's own, behind the same ops."""
     for mode in ("torch", "triton"):
         os.environ["TUNEKIT_UNTUNED"] = mode
         dispatch.reset_all()
-        _graph_capture(mode)
+        check(mode)
     os.environ["TUNEKIT_UNTUNED"] = "torch"
     dispatch.reset_all()
+
+
+def graph_capture() -> None:
+    _in_each_untuned_mode(_graph_capture)
 
 
 def _graph_capture(mode: str) -> None:
@@ -94,12 +99,7 @@ def _graph_capture(mode: str) -> None:
 
 
 def side_stream() -> None:
-    for mode in ("torch", "triton"):  # torch's kernel, then tunekit's own, behind the same op
-        os.environ["TUNEKIT_UNTUNED"] = mode
-        dispatch.reset_all()
-        _side_stream(mode)
-    os.environ["TUNEKIT_UNTUNED"] = "torch"
-    dispatch.reset_all()
+    _in_each_untuned_mode(_side_stream)
 
 
 def _side_stream(mode: str) -> None:
