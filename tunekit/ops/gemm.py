@@ -11,7 +11,8 @@ strides are copied to row-major first.
 Gradients: when they flow, the GEMM (bias fused) runs as its own op with a backward, and the activation and
 residual as torch's ops (autograd saves the pre-activation, as eager torch does). dA = alpha * dY @ B^T and
 dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts, keyed, tuned and cached like any
-problem); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the forward GEMM or
+problem), each computed in its operand's layout (a column-major B such as linear's weight.T gets (dY^T A)^T, so its
+gradient needs no copy); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the forward GEMM or
 either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd run the whole call.
 """
 
@@ -118,6 +119,19 @@ def _gemm_2d(g: _Gemm) -> torch.Tensor:
     return out if dispatch_launch(_GEMM, g, (out,)) else torch_gemm(g)
 
 
+def _grad_products(
+    a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
+) -> tuple[tuple[torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor, bool]]:
+    """The backward GEMMs dA = dY Bᵀ and dB = Aᵀ dY as (x, y, transposed): the gradient is x @ y, or (x @ y)ᵀ
+    where transposed. A column-major operand (linear's weight.T) gets its gradient as the transpose of a row-major
+    product, so it lands in that operand's own layout: autograd then accumulates it into the parameter with no
+    layout copy (a row-major dB under weight.T cost a full strided copy of every weight gradient, as torch's own mm
+    backward avoids the same way)."""
+    da = (b, dy.T, True) if layout_of(a) == "col" else (dy, b.T, False)
+    db = (dy.T, a, True) if layout_of(b) == "col" else (a.T, dy, False)
+    return da, db
+
+
 def _torch_trains_it(g: _Gemm) -> bool:
     """Eager training where dispatch serves torch for the forward GEMM or either backward GEMM (dA = dY B^T,
     dB = A^T dY): then torch's own ops with torch's autograd run the whole call, as they would without tunekit."""
@@ -129,7 +143,7 @@ def _torch_trains_it(g: _Gemm) -> bool:
     # The incoming gradient, as key_of sees it (a fresh row-major tensor), without allocating one. The key reads
     # neither alpha nor beta.
     dy = torch.empty((a.shape[0], b.shape[1]), device="meta", dtype=a.dtype)
-    problems = (g, _Gemm(dy, b.T), _Gemm(a.T, dy))
+    problems = (g, *(_Gemm(x, y) for x, y, _ in _grad_products(a, b, dy)))
     # All three resolved (no short cut): a recording then holds the backward problems even where torch serves the
     # forward one, so `tune --plan` tunes them.
     served = [_GEMM.config(_GEMM.spec.key_of(p)) for p in problems]
@@ -181,8 +195,14 @@ def _matmul_grad(matmul: Callable[..., torch.Tensor]) -> Callable[..., tuple[Any
             raise TunekitError("tunekit::matmul with a fused activation has no backward; call tunekit.ops.matmul")
         a, b = ctx.saved_tensors
         need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
-        da = matmul(grad, b.T, None, None, "none", ctx.alpha, 1.0) if need_a else None
-        db = matmul(a.T, grad, None, None, "none", ctx.alpha, 1.0) if need_b else None
+
+        def product(x: torch.Tensor, y: torch.Tensor, transposed: bool) -> torch.Tensor:
+            out = matmul(x, y, None, None, "none", ctx.alpha, 1.0)
+            return out.T if transposed else out
+
+        grad_a, grad_b = _grad_products(a, b, grad)
+        da = product(*grad_a) if need_a else None
+        db = product(*grad_b) if need_b else None
         dbias = grad.sum(0) if need_bias else None
         dresidual = (grad if ctx.beta == 1.0 else grad * ctx.beta) if need_residual else None
         return da, db, dbias, dresidual, None, None, None
