@@ -11,9 +11,9 @@ strides are copied to row-major first.
 Gradients: when they flow, the GEMM (bias fused) runs as its own op with a backward, and the activation and
 residual as torch's ops (autograd saves the pre-activation, as eager torch does). dA = alpha * dY @ B^T and
 dB = alpha * A^T @ dY are GEMM problems of this library (transposed layouts, keyed, tuned and cached like any
-problem), each computed in its operand's layout (a column-major B such as linear's weight.T gets (dY^T A)^T, so its
-gradient needs no copy); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the forward GEMM or
-either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd run the whole call.
+problem), each computed in its operand's layout (a column-major B such as linear's weight.T gets (dY^T A)^T, so
+its gradient needs no copy); d bias is a column sum; d residual is beta * dY. Where dispatch serves torch for the
+forward GEMM or either backward GEMM (untuned problems, on a GPU), torch's own ops and autograd run the whole call.
 """
 
 from __future__ import annotations
