@@ -42,6 +42,7 @@ if "triton" not in sys.modules and "tunekit.core.backend" not in sys.modules:
 if TYPE_CHECKING:
     from tunekit import nn as nn
     from tunekit import ops as ops
+    from tunekit.evaluation.tune_model import tune_model as tune_model
     from tunekit.runtime.patching import patch as patch
     from tunekit.runtime.patching import unpatch as unpatch
     from tunekit.runtime.recorder import record_problems as record_problems
@@ -53,9 +54,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "patch": ("tunekit.runtime.patching", "patch"),
     "unpatch": ("tunekit.runtime.patching", "unpatch"),
     "record_problems": ("tunekit.runtime.recorder", "record_problems"),
+    "tune_model": ("tunekit.evaluation.tune_model", "tune_model"),
 }
 
-__all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "unpatch"]
+__all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "tune_model", "unpatch"]
 
 
 def __getattr__(name: str) -> Any:

@@ -97,8 +97,9 @@ def record_plan(model: torch.nn.Module, ids: dict[str, torch.Tensor], plan: Path
     return len(recorder.problems)
 
 
-def tune_plan(plan: Path, cache_dir: Path, trials: int) -> TuneCounts:
-    """Tune every problem of `plan` into the store at `cache_dir`, as `tunekit tune --plan` does here. A problem
+def tune_plan(plan: Path, cache_dir: Path | None, trials: int) -> TuneCounts:
+    """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
+    does here. A problem
     whose tuning fails is counted and named; the others are still tuned."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from tunekit.core import launch_watch, settings
@@ -29,7 +31,7 @@ from tunekit.core.spec import KernelSpec, ProblemKey
 from tunekit.runtime import hotpath, recorder
 from tunekit.store import database
 from tunekit.store.database import shipped_entries
-from tunekit.store.entry import Entry
+from tunekit.store.entry import DEMOTED, Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
@@ -37,7 +39,10 @@ from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS, TORCH_CANDIDATE, tor
 
 logger = logging.getLogger("tunekit")
 
-LAYERS = ("cache", "shipped", "torch-measured", "torch-launch-bound", "torch", "nearest", "model", "heuristic", "tuned")
+LAYERS = (
+    "cache", "shipped", "torch-measured", "torch-launch-bound", "demoted", "torch", "nearest", "model", "heuristic",
+    "tuned",
+)  # fmt: skip
 TORCH: Config = TORCH_CANDIDATE  # served config meaning "run torch's own op" (one object: ops test `is TORCH`)
 TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
 UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
@@ -95,7 +100,11 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
     torch_candidate: torch is a candidate like any config), or where the entry is launch-bound and holds no torch
     time: its GPU time says nothing of the host's work per call, which decides such a problem (an older entry
-    served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly)."""
+    served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
+    step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
+    every device, the interpreter included, so the demotion path runs in the CPU tests."""
+    if spec.name in TORCH_FALLBACK and DEMOTED in entry.provenance:
+        return Resolution("demoted", TORCH, entry)
     if spec.name not in TORCH_FALLBACK or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
@@ -219,6 +228,25 @@ def torch_serves_all(*dispatchers: Dispatcher) -> bool:
         return not any(e.key.kernel in kernels and e.key.device_key == device.key for e in store.entries())
     finally:
         store.close()
+
+
+def served_configs() -> dict[str, dict[ProblemKey, Config]]:
+    """What each kernel's memo serves now, by problem key: after a run, every problem it met and its config."""
+    return {kernel: dict(d.memo) for kernel, d in _DISPATCHERS.items() if d.memo}
+
+
+@contextmanager
+def serving(pins: Mapping[str, Mapping[ProblemKey, Config]]) -> Iterator[None]:
+    """Inside, each pinned problem key is served its pinned config (the memo holds it, so dispatch never resolves
+    it); every other key resolves as usual. Memos and hot-path plans are forgotten on the way in and out, so no
+    plan built under one serving replays under another."""
+    forget_memos()
+    for kernel, configs in pins.items():
+        dispatcher(kernel).memo.update(configs)
+    try:
+        yield
+    finally:
+        forget_memos()
 
 
 def forget_memos() -> None:

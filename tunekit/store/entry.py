@@ -59,6 +59,13 @@ class Entry:
 
 
 TORCH_MS = "torch_ms"  # provenance: torch's own op timed by the tuning run (tunekit.tuning.torch_candidate)
+# provenance: why this entry made a model step slower, measured in the model (tunekit.evaluation.tune_model); dispatch
+# then serves torch's op for it. It stays through re-tuning and merges until the entry is forgotten.
+DEMOTED = "demoted"
+
+
+def demoted(entry: Entry, why: str) -> Entry:
+    return replace(entry, provenance={**entry.provenance, DEMOTED: why})
 
 
 def merge_entries(old: Entry, new: Entry) -> Entry:
@@ -70,9 +77,10 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     trials.update({config_id(t.config): t for t in new.trials})
     winner = new if _faster(new.time_ms, old.time_ms) else old
     provenance = dict(winner.provenance)
-    torch_ms = new.provenance.get(TORCH_MS, old.provenance.get(TORCH_MS))
-    if torch_ms is not None:
-        provenance[TORCH_MS] = torch_ms
+    for kept in (TORCH_MS, DEMOTED):  # the newer record of each, from either side
+        value = new.provenance.get(kept, old.provenance.get(kept))
+        if value is not None:
+            provenance[kept] = value
     return replace(winner, trials=tuple(trials.values()), provenance=provenance)
 
 

@@ -1,0 +1,106 @@
+"""tunekit.tune_model: record a model's steps, tune, time before and after in alternation, and demote the entries
+that make a step slower. The timer here is a fake that reads which configs dispatch served in the call (CPU timings
+mean nothing): a planted entry that "slows" the step must be found by bisection and demoted, one that speeds it up
+kept, and a demoted entry is served torch's op from then on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.evaluation.tune_model import ModelTuneReport, tune_model
+from tunekit.fleet.plans import read_plan
+from tunekit.runtime.dispatch import TORCH, dispatcher, resolve, served_configs
+from tunekit.store.entry import DEMOTED, Entry
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 48), torch.nn.SiLU(), torch.nn.Linear(48, 32), torch.nn.Linear(32, 16)
+    )
+
+
+def _plant(planted: dict[str, object]):
+    """A stand-in for tuning: stores, for two GEMM problems of the plan, a valid config other than the one served
+    before (`planted` gets {"slow": problem, "fast": problem, "configs": {problem key tuple: config}})."""
+
+    def tune(plan: Path, trials: int, report: ModelTuneReport) -> None:
+        device = fingerprint()
+        spec = get_spec("gemm")
+        gemms = [problem for kernel, problem in read_plan(plan) if kernel == "gemm"]
+        served = served_configs()["gemm"]
+        chosen = []
+        for problem in gemms:
+            key = spec.problem_key(problem)
+            other = next(c for c in spec.space.valid_configs(problem, device) if c != served.get(key))
+            chosen.append((key, problem, other))
+            if len(chosen) == 2:
+                break
+        with Store() as store:
+            for _, problem, config in chosen:
+                ckey = CacheKey.make("gemm", spec.source_hash, device.key, problem)
+                store.put(Entry(ckey, dict(config), 0.5, device.to_json(), {"strategy": "planted"}))
+        planted.update(slow=chosen[0][0], fast=chosen[1][0], configs={k: c for k, _, c in chosen})
+        report.tuned = 2
+
+    return tune
+
+
+def test_a_planted_entry_that_slows_the_step_is_found_and_demoted() -> None:
+    model = _model()
+    x = torch.randn(24, 32)
+    planted: dict = {}
+
+    def fake_timer(call, reps: int) -> float:
+        """10 ms, +3 ms while the slow entry serves, -0.5 ms while the fast one does (a little noise)."""
+        call()
+        memo = dispatcher("gemm").memo
+        ms = 10.0 + 0.01 * (time.perf_counter_ns() % 7)
+        if planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]]:
+            ms += 3.0
+        if planted and memo.get(planted["fast"]) == planted["configs"][planted["fast"]]:
+            ms -= 0.5
+        return ms
+
+    def train(m: torch.nn.Module) -> None:
+        m(x).square().mean().backward()
+
+    report = tune_model(model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1)
+    assert report.changed >= 2  # the planted two, and in the interpreter the problems they are now nearest to
+    assert [d.step for d in report.demoted] == ["train"] and len(report.demoted) == 1
+    # Only the slow problem is demoted; the step now runs the fast entry and none of the slow one.
+    spec, device = get_spec("gemm"), fingerprint()
+    with Store() as store:
+        slow = resolve(spec, spec.problem_dict(planted["slow"]), device, store)
+        fast = resolve(spec, spec.problem_dict(planted["fast"]), device, store)
+    assert slow.layer == "demoted" and slow.config is TORCH and DEMOTED in slow.entry.provenance
+    assert fast.layer == "cache" and fast.config == planted["configs"][planted["fast"]]
+    (step,) = report.steps
+    assert step.vs_before > 1.0  # the fast entry stays: the step beats how it was served before
+    assert "demoted gemm" in report.table()
+
+
+def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
+    model = _model()
+    x = torch.randn(24, 32)
+
+    def steady_timer(call, reps: int) -> float:
+        call()
+        return 10.0
+
+    def infer(m: torch.nn.Module) -> None:
+        with torch.no_grad():
+            m(x)
+
+    report = tune_model(model, {"prefill": infer}, timer=steady_timer, tune=_plant({}), rounds=2, reps=1)
+    assert report.changed >= 2 and report.demoted == []
+    (step,) = report.steps
+    assert step.vs_before == pytest.approx(1.0) and step.vs_eager == pytest.approx(1.0)

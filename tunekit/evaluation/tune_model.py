@@ -1,0 +1,306 @@
+"""Tune a model as a user runs it, and keep only what makes the model faster.
+
+    report = tunekit.tune_model(model, {"prefill": prefill, "train": train_step}, trials=8)
+    print(report.table())
+
+Each step is a function of the model that runs one workload (a no-grad forward, or a forward and backward). The
+model is patched (tunekit.patch), its steps run once under the recorder (the plan), the plan is tuned into the
+working cache, then every step is timed in alternation (interleaved rounds, median of per-round ratios) three ways:
+eager (an unpatched copy, made before patching), as served before this tuning ("out of the box") and as served after.
+A problem's tuned time is its kernel alone; the model runs it among others, with its own copies and layouts. So a
+step that got slower than before is traced to the problems that cause it: the changed problems it uses, by kernel,
+then by halves (bisection), each subset served as before and timed against the step as served now. Each culprit's
+entry is demoted (dispatch then serves torch's op for it, on every later run) and the report says why.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Config
+from tunekit.core.spec import ProblemKey
+from tunekit.runtime.dispatch import reset_all, served_configs, serving
+from tunekit.runtime.patching import patch
+from tunekit.runtime.recorder import record_problems
+from tunekit.store.database import shipped_entries
+from tunekit.store.entry import demoted
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+Step = Callable[[torch.nn.Module], Any]
+StepTimer = Callable[[Callable[[], Any], int], float]  # (a call, reps) -> its median ms
+Served = dict[str, dict[ProblemKey, Config]]
+Problem = tuple[str, ProblemKey]  # (kernel, the op's problem key)
+
+
+@dataclass(frozen=True)
+class StepSpeed:
+    step: str
+    eager_ms: float | None
+    before_ms: float  # served as before this tuning (out of the box, or the cache as it was)
+    after_ms: float  # served as after it, demotions applied
+    vs_eager: float | None  # median of per-round eager/after ratios
+    vs_before: float  # median of per-round before/after ratios
+
+
+@dataclass(frozen=True)
+class Demotion:
+    kernel: str
+    problem: str
+    step: str
+    gain: float  # how much faster the step ran with this problem served as before (0.05: 5%)
+
+
+@dataclass
+class ModelTuneReport:
+    problems: int = 0  # recorded
+    tuned: int = 0
+    changed: int = 0  # problems served another config after tuning
+    failed: list[str] = field(default_factory=list)
+    steps: list[StepSpeed] = field(default_factory=list)
+    demoted: list[Demotion] = field(default_factory=list)
+    record_s: float = 0.0
+    tune_s: float = 0.0
+    verify_s: float = 0.0
+
+    def table(self) -> str:
+        lines = [
+            f"{self.problems} problems recorded, {self.tuned} tuned, {self.changed} served differently after tuning, "
+            f"{len(self.demoted)} demoted; record {self.record_s:.1f} s, tune {self.tune_s:.1f} s, "
+            f"verify {self.verify_s:.1f} s",
+            f"{'step':<12} {'eager ms':>9} {'before ms':>10} {'after ms':>9} {'vs eager':>9} {'vs before':>10}",
+        ]
+        for s in self.steps:
+            eager = f"{s.eager_ms:9.3f}" if s.eager_ms is not None else f"{'-':>9}"
+            vs_eager = f"{s.vs_eager:8.3f}x" if s.vs_eager is not None else f"{'-':>9}"
+            lines.append(
+                f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x"
+            )
+        lines += [f"demoted {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster without it" for d in self.demoted]
+        return "\n".join(lines)
+
+
+def default_timer(model: torch.nn.Module) -> StepTimer:
+    """CUDA events around each call on a GPU (median of `reps`), the host clock elsewhere."""
+    on_gpu = any(p.is_cuda for p in model.parameters())
+
+    def time_calls(call: Callable[[], Any], reps: int) -> float:
+        times = []
+        for _ in range(reps):
+            if on_gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    return time_calls
+
+
+class _Alternation:
+    """Times one step under several servings, interleaved: each round runs every serving once (warm-up calls, then
+    `reps` timed), in an order that rotates per round so no serving always follows the same one."""
+
+    def __init__(self, timer: StepTimer, rounds: int, reps: int, warmup: int = 2) -> None:
+        self.timer, self.rounds, self.reps, self.warmup = timer, rounds, reps, warmup
+
+    def run(self, calls: Mapping[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]]) -> dict:
+        names = list(calls)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(self.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                call, context = calls[name]
+                with context():
+                    for _ in range(self.warmup):
+                        call()
+                    times[name].append(self.timer(call, self.reps))
+        return times
+
+
+def _ratio(times: dict[str, list[float]], num: str, den: str) -> float:
+    """Median of per-round num/den time ratios: > 1 when `den` is faster."""
+    return statistics.median(a / b for a, b in zip(times[num], times[den]))
+
+
+def _pins(before: Served, problems: list[Problem]) -> Served:
+    pins: Served = {}
+    for kernel, key in problems:
+        pins.setdefault(kernel, {})[key] = before[kernel][key]
+    return pins
+
+
+@contextmanager
+def _fresh() -> Iterator[None]:
+    with serving({}):
+        yield
+
+
+def _changed(before: Served, after: Served) -> list[Problem]:
+    return [
+        (kernel, key)
+        for kernel, configs in after.items()
+        for key, config in configs.items()
+        if key in before.get(kernel, {}) and before[kernel][key] != config
+    ]
+
+
+def _tune(plan: Path, trials: int, report: ModelTuneReport) -> None:
+    from tunekit.evaluation.model_workflow import tune_plan  # optuna: only when tuning
+
+    counts = tune_plan(plan, None, trials)
+    report.tuned, report.failed = counts.tuned, list(counts.failed)
+
+
+def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:
+    """Mark each problem's entry demoted in the working cache (a shipped entry is copied there, demoted)."""
+    device = fingerprint()
+    with Store() as store:
+        for kernel, key in problems:
+            spec = get_spec(kernel)
+            ckey = CacheKey.make(spec.name, spec.source_hash, device.key, spec.problem_dict(key))
+            entry = store.get(ckey) or shipped_entries().get(ckey)
+            if entry is not None:
+                store.put(demoted(entry, why[(kernel, key)]))
+    reset_all()
+
+
+def tune_model(
+    model: torch.nn.Module,
+    steps: Mapping[str, Step],
+    *,
+    trials: int = 8,
+    plan: Path | str | None = None,
+    compare_eager: bool = True,
+    rounds: int = 7,
+    reps: int = 3,
+    tolerance: float = 0.02,
+    timer: StepTimer | None = None,
+    tune: Callable[[Path, int, ModelTuneReport], None] = _tune,
+) -> ModelTuneReport:
+    """Patch `model`, record its `steps`' problems, tune them, time the steps before and after, and demote what
+    slowed a step. A step is slower when its median per-round ratio is under 1 - `tolerance`; a subset of problems
+    is a cause when serving it as before speeds the step up by more than `tolerance`. `compare_eager` keeps an
+    unpatched copy of the model (twice its memory) to report each step against eager."""
+    report = ModelTuneReport()
+    eager = copy.deepcopy(model) if compare_eager else None
+    patch(model)
+    timer = timer or default_timer(model)
+    alternate = _Alternation(timer, rounds, reps)
+
+    def call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
+        def call() -> Any:
+            out = step(m)
+            m.zero_grad(set_to_none=True)
+            return out
+
+        return call
+
+    clock = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tunekit-tune-model-") as tmp:
+        plan_path = Path(plan) if plan is not None else Path(tmp) / "plan.jsonl"
+        with record_problems(plan_path) as recorder:
+            for step in steps.values():
+                call_of(model, step)()
+        before = served_configs()
+        report.problems = len(recorder.problems)
+        report.record_s = time.perf_counter() - clock
+        clock = time.perf_counter()
+        tune(plan_path, trials, report)
+        report.tune_s = time.perf_counter() - clock
+    clock = time.perf_counter()
+    reset_all()  # the new entries: resolved again on the next call
+    used: dict[str, list[Problem]] = {}
+    after: Served = {}
+    for name, step in steps.items():
+        with _fresh():
+            call_of(model, step)()
+            served = served_configs()
+        after.update({k: {**after.get(k, {}), **v} for k, v in served.items()})
+        used[name] = [(k, key) for k, configs in served.items() for key in configs]
+    changed = _changed(before, after)
+    report.changed = len(changed)
+
+    def servings(step: Step, pinned: list[Problem]) -> dict:
+        calls: dict[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]] = {
+            "after": (call_of(model, step), _fresh),
+            "before": (call_of(model, step), lambda: serving(_pins(before, pinned))),
+        }
+        if eager is not None:
+            calls["eager"] = (call_of(eager, step), nullcontext)
+        return calls
+
+    culprits: dict[Problem, str] = {}
+    for name, step in steps.items():
+        suspects = [p for p in changed if p in used[name]]
+        if not suspects:
+            continue
+        times = alternate.run(servings(step, suspects))
+        if _ratio(times, "before", "after") >= 1 - tolerance:
+            continue
+        for problem, gain in _causes(step, suspects, before, alternate, call_of(model, step), tolerance):
+            culprits.setdefault(problem, f"{name} ran {gain:.1%} faster with it served as before")
+            spec = get_spec(problem[0])
+            described = spec.describe_problem(spec.problem_dict(problem[1]))
+            report.demoted.append(Demotion(problem[0], described, name, gain))
+    if culprits:
+        _demote(list(culprits), culprits)
+    for name, step in steps.items():
+        times = alternate.run(servings(step, [p for p in changed if p in used[name]]))
+        report.steps.append(
+            StepSpeed(
+                name,
+                statistics.median(times["eager"]) if eager is not None else None,
+                statistics.median(times["before"]),
+                statistics.median(times["after"]),
+                _ratio(times, "eager", "after") if eager is not None else None,
+                _ratio(times, "before", "after"),
+            )
+        )
+    report.verify_s = time.perf_counter() - clock
+    return report
+
+
+def _causes(
+    step: Step,
+    suspects: list[Problem],
+    before: Served,
+    alternate: _Alternation,
+    call: Callable[[], Any],
+    tolerance: float,
+) -> list[tuple[Problem, float]]:
+    """The suspects whose serving-as-before speeds the step up by more than `tolerance`: by kernel, then halves."""
+
+    def gain(subset: list[Problem]) -> float:
+        times = alternate.run({"after": (call, _fresh), "subset": (call, lambda: serving(_pins(before, subset)))})
+        return _ratio(times, "after", "subset") - 1
+
+    def bisect(subset: list[Problem], known_gain: float) -> list[tuple[Problem, float]]:
+        if known_gain <= tolerance:
+            return []
+        if len(subset) == 1:
+            return [(subset[0], known_gain)]
+        half = len(subset) // 2
+        return [hit for part in (subset[:half], subset[half:]) for hit in bisect(part, gain(part))]
+
+    by_kernel: dict[str, list[Problem]] = {}
+    for problem in suspects:
+        by_kernel.setdefault(problem[0], []).append(problem)
+    return [hit for group in by_kernel.values() for hit in bisect(group, gain(group))]
