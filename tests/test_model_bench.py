@@ -231,7 +231,7 @@ def test_run_bench_with_a_named_cache_keeps_it(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model", "bert"], "--model must be one of llama, gpt2 or all, but got 'bert'"),
+        (["--model", "bert"], "--model must be one of llama, gpt2, mistral, qwen2, gemma or all, but got 'bert'"),
         (["--variants", "eager,fast"], "--variants takes a comma list of eager, tunekit"),
         (["--variants", ","], "--variants takes a comma list"),
         (["--prefill", "4x"], "--prefill must be batch x tokens"),
@@ -317,7 +317,7 @@ def test_a_global_patch_is_undone_after_its_variant() -> None:
     from tunekit.evaluation.model_bench import _modeling_state, _restore
 
     rope, forward = modeling_llama.apply_rotary_pos_emb, modeling_llama.LlamaForCausalLM.forward
-    state = _modeling_state()
+    state = _modeling_state("llama")
     modeling_llama.apply_rotary_pos_emb = lambda *a: a
     modeling_llama.LlamaForCausalLM.forward = lambda self, *a: a
     modeling_llama.LlamaMLP.extra = "added"

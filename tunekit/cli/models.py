@@ -65,7 +65,7 @@ def workloads(
 
 
 def model_bench(
-    model: Annotated[str, typer.Option("--model", help="llama, gpt2 or all.")] = "all",
+    model: Annotated[str, typer.Option("--model", help="llama, gpt2, mistral, qwen2, gemma or all.")] = "all",
     layers: Annotated[int, typer.Option(min=1, help="Decoder layers.")] = DEFAULT.layers,
     hidden: Annotated[
         int, typer.Option(min=1, help="Hidden size (Llama: heads of 128, an MLP 2.6875x as wide; GPT-2: heads of 64).")

@@ -1,7 +1,8 @@
-"""The model benchmark: a Llama- and a GPT-2-style model from transformers configs (random weights, nothing
-downloaded), run eagerly as users run them, as eager, tunekit-patched, torch.compile, tunekit-patched under
-torch.compile and Liger-Kernel (where it supports the model). Reports time, tokens/s, peak memory, and agreement
-of logits and gradients with eager. Times CUDA GPUs only.
+"""The model benchmark: language models of several families (tunekit.evaluation.model_families: Llama, Mistral,
+Qwen2, Gemma and GPT-2 layouts) from transformers configs (random weights, nothing downloaded), run eagerly as users
+run them, as eager, tunekit-patched, torch.compile, tunekit-patched under torch.compile and Liger-Kernel (where it
+patches the family). Reports time, tokens/s, peak memory, and agreement of logits and gradients with eager. Times
+CUDA GPUs only.
 
 Needs transformers (and liger-kernel for that column): `pip install 'tunekit-triton[models]'`.
 """
@@ -9,6 +10,7 @@ Needs transformers (and liger-kernel for that column): `pip install 'tunekit-tri
 from __future__ import annotations
 
 import copy
+import importlib
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 
 from tunekit.core.errors import TunekitError
+from tunekit.evaluation.model_families import FAMILIES
 from tunekit.evaluation.model_results import DTYPE_NAME, RUNS, VARIANTS, Result, Workload, skipped, table, write_json
 from tunekit.runtime.patching import patch
 
@@ -71,25 +74,12 @@ def run_once(model: torch.nn.Module, run: Callable[..., Any], ids: dict[str, tor
 
 def build(w: Workload, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     transformers = require_transformers()
+    family = FAMILIES.get(w.model)
+    if family is None:
+        raise TunekitError(f"model must be one of {', '.join(FAMILIES)}, but got {w.model!r}")
     torch.manual_seed(0)
-    if w.model == "llama":
-        config: Any = transformers.LlamaConfig(
-            hidden_size=w.hidden,
-            intermediate_size=int(w.hidden * 2.6875),  # 11008 at 4096, Llama-2-7B's ratio
-            num_hidden_layers=w.layers,
-            num_attention_heads=max(1, w.hidden // 128),
-            num_key_value_heads=max(1, w.hidden // 128),
-            vocab_size=w.vocab,
-        )
-        model: torch.nn.Module = transformers.LlamaForCausalLM(config)
-    elif w.model == "gpt2":
-        config = transformers.GPT2Config(
-            n_embd=w.hidden, n_layer=w.layers, n_head=max(1, w.hidden // 64), vocab_size=w.vocab,
-            n_positions=max(w.prefill[1], w.train[1]), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        )  # fmt: skip
-        model = transformers.GPT2LMHeadModel(config)
-    else:
-        raise TunekitError(f"model must be 'llama' or 'gpt2', but got {w.model!r}")
+    config = getattr(transformers, family.config)(**family.keywords(w))
+    model: torch.nn.Module = getattr(transformers, family.model)(config)
     return model.to(device=device, dtype=dtype)
 
 
@@ -103,9 +93,10 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
             from liger_kernel.transformers import monkey_patch
         except ImportError:
             raise TunekitError("liger-kernel is not installed (pip install 'tunekit-triton[peer]')") from None
-        if model_kind != "llama":
+        apply = FAMILIES[model_kind].liger
+        if apply is None or not hasattr(monkey_patch, apply):
             raise TunekitError(f"Liger-Kernel has no patch for {model_kind}")
-        monkey_patch.apply_liger_kernel_to_llama(model=model)
+        getattr(monkey_patch, apply)(model=model)
     run: Callable[..., Any] = torch.compile(model) if name.endswith("compile") else model
     return model, run
 
@@ -129,17 +120,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
 
-def _modeling_state() -> list[tuple[Any, dict[str, Any]]]:
+def _modeling_state(model_kind: str) -> list[tuple[Any, dict[str, Any]]]:
     """The namespaces Liger-Kernel's patch rewrites for every model of the process, not only the one it is given
-    (Llama's modeling module: its functions and its classes' attributes), as they are now."""
+    (the family's modeling module: its functions and its classes' attributes), as they are now."""
     try:
-        from transformers.models.llama import modeling_llama
-    except ImportError:
+        modeling = importlib.import_module(FAMILIES[model_kind].modeling)
+    except (ImportError, KeyError):
         return []
-    classes = [
-        c for c in vars(modeling_llama).values() if isinstance(c, type) and c.__module__ == modeling_llama.__name__
-    ]
-    return [(modeling_llama, dict(vars(modeling_llama))), *((c, dict(vars(c))) for c in classes)]
+    classes = [c for c in vars(modeling).values() if isinstance(c, type) and c.__module__ == modeling.__name__]
+    return [(modeling, dict(vars(modeling))), *((c, dict(vars(c))) for c in classes)]
 
 
 def _restore(state: list[tuple[Any, dict[str, Any]]]) -> None:
@@ -158,7 +147,7 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
     """Time each variant's runs. Eager always runs, and first: every other variant's agreement and ratio are
     against it. Liger runs last, and what its patch changed globally is undone after it."""
     variants = ("eager", *(v for v in variants if v not in ("eager", "liger")), *(v for v in variants if v == "liger"))
-    clean = _modeling_state()
+    clean = _modeling_state(w.model)
     device = torch.device("cuda")
     base = build(w, device, DTYPE)
     ids_of = inputs(w, device)

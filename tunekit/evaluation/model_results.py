@@ -15,7 +15,7 @@ from typing import Any
 
 from tunekit.core.errors import TunekitError
 
-MODELS = ("llama", "gpt2")
+MODELS = ("llama", "gpt2", "mistral", "qwen2", "gemma")  # tunekit.evaluation.model_families builds each
 VARIANTS = ("eager", "tunekit", "compile", "tunekit+compile", "liger")
 RUNS = ("prefill", "decode", "train")
 DTYPE_NAME = "bfloat16"  # every variant's dtype
@@ -27,7 +27,7 @@ DISTRIBUTIONS = ("tunekit-triton", "torch", "triton", "transformers", "liger-ker
 
 @dataclass(frozen=True)
 class Workload:
-    model: str  # "llama" or "gpt2"
+    model: str  # one of MODELS
     layers: int = 2
     hidden: int = 4096
     prefill: tuple[int, int] = (4, 1024)  # batch, tokens
