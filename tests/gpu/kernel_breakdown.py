@@ -12,46 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
 import torch
 
 from tunekit.evaluation.model_bench import Workload, _variant, build
-
-KINDS = [  # first match wins; names of cuBLAS/CUTLASS, flash attention, norms, tunekit's kernels
-    ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet|sm90_|_matmul|cublas", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|mha", re.I)),
-    ("norm", re.compile(r"norm|rms", re.I)),
-    ("softmax/loss", re.compile(r"softmax|cross_entropy|nll|log_softmax", re.I)),
-    ("copy/cast", re.compile(r"copy|cast|cat|_to_copy|fill|memcpy|memset", re.I)),
-    ("reduce", re.compile(r"reduce|sum|mean", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise|bias|act|silu|gelu|mul|add", re.I)),
-]
+from tunekit.evaluation.step_profile import profile_kinds
 
 
-def kind_of(name: str) -> str:
-    return next((kind for kind, pattern in KINDS if pattern.search(name)), "other")
-
-
-def profile(fn, steps: int = 3) -> dict[str, float]:
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event in prof.key_averages():
-        if event.device_type.name != "CUDA" or event.self_device_time_total <= 0:
-            continue
-        ms = event.self_device_time_total / 1e3 / steps
-        kind = kind_of(event.key)
-        totals[kind] = totals.get(kind, 0.0) + ms
-        if kind not in ("gemm", "attention"):  # the kernels a patch may remove, by name
-            totals[f"  {kind}: {event.key[:90]}"] = ms
-    return totals
+def profile(fn) -> dict[str, float]:
+    return {k: v for k, v in profile_kinds(fn).items() if not k.startswith("calls ")}
 
 
 def _profile_variant(base, name: str, model_kind: str, ids: torch.Tensor) -> tuple[dict, dict]:

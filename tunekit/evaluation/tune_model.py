@@ -189,6 +189,7 @@ def tune_model(
     trials: int = 8,
     plan: Path | str | None = None,
     compare_eager: bool = True,
+    eager: torch.nn.Module | None = None,
     rounds: int = 7,
     reps: int = 3,
     tolerance: float = 0.02,
@@ -197,10 +198,12 @@ def tune_model(
 ) -> ModelTuneReport:
     """Patch `model`, record its `steps`' problems, tune them, time the steps before and after, and demote what
     slowed a step. A step is slower when its median per-round ratio is under 1 - `tolerance`; a subset of problems
-    is a cause when serving it as before speeds the step up by more than `tolerance`. `compare_eager` keeps an
-    unpatched copy of the model (twice its memory) to report each step against eager."""
+    is a cause when serving it as before speeds the step up by more than `tolerance`. Each step is also reported
+    against `eager`, an unpatched model with the same weights: by default (`compare_eager`) a copy of `model` made
+    before patching it (twice its memory)."""
     report = ModelTuneReport()
-    eager = copy.deepcopy(model) if compare_eager else None
+    if eager is None and compare_eager:
+        eager = copy.deepcopy(model)
     patch(model)
     timer = timer or default_timer(model)
     alternate = _Alternation(timer, rounds, reps)
