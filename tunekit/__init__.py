@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from tunekit.runtime.patching import patch as patch
     from tunekit.runtime.patching import unpatch as unpatch
     from tunekit.runtime.recorder import record_problems as record_problems
+    from tunekit.user_kernels import autotune as autotune
 
 # Public names loaded on first access: name -> (module, attribute or None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -53,9 +54,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "patch": ("tunekit.runtime.patching", "patch"),
     "unpatch": ("tunekit.runtime.patching", "unpatch"),
     "record_problems": ("tunekit.runtime.recorder", "record_problems"),
+    "autotune": ("tunekit.user_kernels", "autotune"),
 }
 
-__all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "unpatch"]
+__all__ = ["DISTRIBUTION", "__version__", "autotune", "nn", "ops", "patch", "record_problems", "unpatch"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,187 @@
+"""`tunekit.autotune`: a drop-in replacement for `@triton.autotune` with tunekit's store behind it.
+
+    @tunekit.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4), ...], key=["n"])
+    @triton.jit
+    def kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr): ...
+
+    kernel[grid](x, y, n)   # launched as before
+
+Per launch: in-process memo (a dict lookup) -> tunekit's store (or a database the package ships) under this kernel's
+identity, this device and this key -> measure (and store the best). A second process serves the stored best without
+measuring; an entry tuned for other code is stale: never served, said in one warning, measured again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triton import Config as TritonConfig
+from triton.runtime.jit import KernelInterface
+
+from tunekit.core.errors import TunekitError
+from tunekit.core.space import SearchSpace, Value
+from tunekit.core.spec import Tolerance
+from tunekit.user_kernels.configs import Candidates
+from tunekit.user_kernels.key import KeyMaker
+from tunekit.user_kernels.launch import Call, Hooks, PostHook, PreHook
+from tunekit.user_kernels.search import DoBench, Searcher, make_timer
+from tunekit.user_kernels.stored import StoredKernel, describe
+from tunekit.user_kernels.verify import DEFAULT_TOLERANCES, Reference
+
+logger = logging.getLogger("tunekit")
+
+__all__ = ["Autotuned", "Stats", "autotune"]
+
+
+@dataclass
+class Stats:
+    """What a kernel did in this process: tests and scripts assert on these."""
+
+    benchmarks: int = 0  # configs timed
+    measured: int = 0  # keys measured here
+    stored: int = 0  # keys served from the store or a shipped database, without measuring
+    stale: int = 0  # keys whose stored entry was tuned for other code (not served)
+
+
+class Autotuned(KernelInterface[Any]):
+    """A jit function with tuned configs: `kernel[grid](*args)` launches it with the best config for its key."""
+
+    def __init__(
+        self,
+        fn: Any,
+        candidates: Candidates,
+        key: Sequence[str],
+        name: str,
+        hooks: Hooks,
+        searcher: Searcher,
+        databases: Sequence[Path],
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.arg_names: list[str] = list(fn.arg_names)
+        self.candidates = candidates
+        self.keys = KeyMaker.make(name, self.arg_names, key)
+        self.hooks = hooks
+        self.searcher = searcher
+        searcher.count = self._count
+        self.stored = StoredKernel(name, fn, candidates, tuple(databases))
+        self.stats = Stats()
+        self.cache: dict[tuple[Any, ...], TritonConfig] = {}  # as triton.autotune's: memo key -> config
+        self.best_config: TritonConfig | None = None
+
+    def _count(self, n: int) -> None:
+        self.stats.benchmarks += n
+
+    def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        single = self.candidates.single
+        if single is not None:
+            config = single
+        else:
+            named = dict(zip(self.arg_names, args))
+            named.update((k, v) for k, v in kwargs.items() if k in self.arg_names)
+            memo = self.keys.memo_key(named)
+            config = self.cache.get(memo)  # type: ignore[assignment]
+            if config is None:
+                config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()})
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
+
+    def _resolve(self, call: Call) -> TritonConfig:
+        """The config for a key not yet seen in this process: stored (and still one of the candidates), or measured."""
+        problem = self.keys.problem(call.named)
+        entry = self.stored.lookup(problem)
+        if entry is not None:
+            config = self.candidates.find(entry.config, problem, self.stored.device)
+            if config is not None:
+                self.stats.stored += 1
+                return config
+            logger.warning(
+                "tunekit: %s: the stored config %s for %s is not one of the kernel's candidates; measuring instead",
+                self.name,
+                entry.config,
+                describe(problem),
+            )
+        elif self.stored.stale(problem):
+            self.stats.stale += 1
+        entry = self.stored.record(self.searcher.measure(self.stored, call, problem))
+        self.stats.measured += 1
+        config = self.candidates.find(entry.config, problem, self.stored.device)
+        if config is None:  # the store kept another process's best, which is not one of ours
+            raise TunekitError(f"{self.name}: the stored best {entry.config} is not one of the kernel's candidates")
+        self.hooks.pre(call.meta(config), reset_only=True)  # as triton.autotune does after benchmarking
+        return config
+
+    def forget_memo(self) -> None:
+        """Drop the in-process memo (the store keeps its entries)."""
+        self.cache.clear()
+
+    def problem_of(self, *args: Any, **kwargs: Any) -> dict[str, Value]:
+        """The stored key of a launch with these arguments (what `tunekit show` lists)."""
+        return self.keys.problem(Call.bind(self.name, self.arg_names, None, args, kwargs).named)
+
+
+def _default_name(fn: Any) -> str:
+    base = fn
+    while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
+        base = base.fn
+    return f"{getattr(base, '__module__', '?')}:{getattr(base, '__qualname__', getattr(base, '__name__', '?'))}"
+
+
+def autotune(
+    configs: Sequence[TritonConfig] | None = None,
+    key: Sequence[str] = (),
+    prune_configs_by: Mapping[str, Any] | None = None,
+    reset_to_zero: Iterable[str] | None = None,
+    restore_value: Iterable[str] | None = None,
+    pre_hook: PreHook | None = None,
+    post_hook: PostHook | None = None,
+    warmup: float | None = None,
+    rep: float | None = None,
+    do_bench: DoBench | None = None,
+    *,
+    space: SearchSpace | None = None,
+    reference: Reference | None = None,
+    tolerances: Mapping[str, Tolerance] | None = None,
+    trials: int = 30,
+    name: str | None = None,
+    databases: Sequence[Path | str] = (),
+) -> Callable[[Any], Autotuned]:
+    """Decorate a `@triton.jit` function as `triton.autotune` does (same arguments), with tunekit's store behind it.
+
+    tunekit's own arguments (keyword-only):
+    - `space`: a tunekit SearchSpace (parameters and rules) instead of `configs`, searched with Optuna for `trials`
+      configs. Its rules see the problem: the key arguments by name and `dtype.<argument>` for tensors.
+    - `reference(args) -> {output argument: expected tensor}`: every candidate is checked on fresh random inputs with
+      its outputs poisoned; `tolerances` per dtype name (default: DEFAULT_TOLERANCES). A wrong config is never served.
+    - `name`: the kernel's import path `package.module:attribute` (default: its jit function's); entries and plans
+      name the kernel by it.
+    - `databases`: tunekit databases (JSON written by `tunekit export`) shipped with the package, read-only, served
+      after the working store.
+    """
+    candidates = Candidates.make(configs, space)
+    hooks = Hooks(tuple(reset_to_zero or ()), tuple(restore_value or ()), pre_hook, post_hook)
+
+    def decorator(fn: Any) -> Autotuned:
+        if not isinstance(fn, KernelInterface) or not hasattr(fn, "arg_names"):
+            raise TunekitError(f"tunekit.autotune decorates a @triton.jit function, but got {type(fn).__name__}")
+        kernel = name or _default_name(fn)
+        searcher = Searcher(
+            kernel,
+            fn,
+            candidates,
+            hooks,
+            make_timer(do_bench, warmup, rep),
+            reference,
+            dict(tolerances or DEFAULT_TOLERANCES),
+            prune_configs_by,
+            trials,
+        )
+        return Autotuned(fn, candidates, key, kernel, hooks, searcher, [Path(p) for p in databases])
+
+    return decorator
