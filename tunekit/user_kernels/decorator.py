@@ -109,11 +109,11 @@ class Autotuned(KernelInterface[Any]):
             )
         elif self.stored.stale(problem):
             self.stats.stale += 1
-        entry = self.stored.record(self.searcher.measure(self.stored, call, problem))
+        measured = self.searcher.measure(self.stored, call, problem)
+        self.stored.record(measured)  # merged with what is there; this process serves what it measured
         self.stats.measured += 1
-        config = self.candidates.find(entry.config, problem, self.stored.device)
-        if config is None:  # the store kept another process's best, which is not one of ours
-            raise TunekitError(f"{self.name}: the stored best {entry.config} is not one of the kernel's candidates")
+        config = self.candidates.find(measured.config, problem, self.stored.device)
+        assert config is not None, "the searcher measures only candidates"
         self.hooks.pre(call.meta(config), reset_only=True)  # as triton.autotune does after benchmarking
         return config
 
