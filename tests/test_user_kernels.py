@@ -35,15 +35,19 @@ def _kernel(**options):
 
 
 def test_one_line_conversion_gives_triton_autotunes_results():
+    triton_bench, tunekit_bench = ex.FakeBench(), ex.FakeBench()
+    before = triton.autotune(configs=ex.CONFIGS, key=["n"], do_bench=triton_bench)(ex.add_kernel)
+    after = tunekit.autotune(configs=ex.CONFIGS, key=["n"], do_bench=tunekit_bench)(ex.add_kernel)
     x, y, out = _args()
     expected = torch.empty_like(out)
-    ex.triton_add[ex.grid](x, y, expected, N)
-    ex.tunekit_add[ex.grid](x, y, out, N)
+    before[ex.grid](x, y, expected, N)
+    after[ex.grid](x, y, out, N)
     assert torch.equal(out, expected) and torch.equal(out, x + y)
-    assert ex.tunekit_add.best_config == ex.triton_add.best_config
-    assert ex.tunekit_add.stats.benchmarks == ex.triton_bench.calls == len(ex.CONFIGS)
-    ex.tunekit_add[ex.grid](x, y, out, n=N)  # the same key, passed by name: the memo answers
-    assert ex.tunekit_add.stats.benchmarks == len(ex.CONFIGS) and ex.tunekit_add.stats.measured == 1
+    assert after.best_config == before.best_config
+    assert after.stats.benchmarks == triton_bench.calls == len(ex.CONFIGS)
+    after[ex.grid](x, y, out, n=N)  # the same key, passed by name: the memo answers
+    assert after.stats.benchmarks == len(ex.CONFIGS) and after.stats.measured == 1
+    assert after.name == "user_kernel_example:add_kernel"  # the jit function's import path
 
 
 _SCRIPT = """

@@ -3,6 +3,7 @@ tunekit.autotune (tests/test_user_kernels.py; a second process imports this modu
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -38,8 +39,15 @@ class FakeBench:
         return [self.TIMES[(self.calls - 1) % len(self.TIMES)]] * 3
 
 
+def add_inputs(problem: dict) -> tuple:
+    """A launch of a stored key (what `tunekit tune --plan` tunes): random inputs of its size and dtypes."""
+    n = problem["n"]
+    x, y, out = (torch.randn(n, dtype=getattr(torch, problem[f"dtype.{a}"])) for a in ("x_ptr", "y_ptr", "out_ptr"))
+    return grid, (x, y, out, n), {}
+
+
 triton_bench, tunekit_bench = FakeBench(), FakeBench()
 triton_add = triton.autotune(configs=CONFIGS, key=["n"], do_bench=triton_bench)(add_kernel)
 tunekit_add = tunekit.autotune(
-    configs=CONFIGS, key=["n"], do_bench=tunekit_bench, name="user_kernel_example:tunekit_add"
+    configs=CONFIGS, key=["n"], do_bench=tunekit_bench, name="user_kernel_example:tunekit_add", inputs=add_inputs
 )(add_kernel)

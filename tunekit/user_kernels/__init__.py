@@ -7,12 +7,35 @@
 - verify: a user kernel as a tunekit KernelSpec (fresh inputs, poisoned outputs, the user's reference)
 - search: measuring a config list (triton.autotune's way) or searching a space (tunekit's tuner)
 - stored: the store adapter (identity, lookup, stale entries, shipped databases)
+- names: how a user kernel is named (what the store and CLI read without importing anything else)
 - entries: user-kernel entries in databases and the CLI (validation without importing code)
 """
 
 from __future__ import annotations
 
-from tunekit.user_kernels.decorator import Autotuned, Stats, autotune
-from tunekit.user_kernels.verify import DEFAULT_TOLERANCES
+import importlib
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from tunekit.user_kernels.decorator import Autotuned as Autotuned
+    from tunekit.user_kernels.decorator import Stats as Stats
+    from tunekit.user_kernels.decorator import autotune as autotune
+    from tunekit.user_kernels.verify import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
+
+# Loaded on first use: the store imports tunekit.user_kernels.names, which must not pull in torch and triton.
+_LAZY = {
+    "autotune": "tunekit.user_kernels.decorator",
+    "Autotuned": "tunekit.user_kernels.decorator",
+    "Stats": "tunekit.user_kernels.decorator",
+    "DEFAULT_TOLERANCES": "tunekit.user_kernels.verify",
+}
 __all__ = ["DEFAULT_TOLERANCES", "Autotuned", "Stats", "autotune"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunekit.user_kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -25,12 +25,16 @@ from triton.runtime.jit import KernelInterface
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import SearchSpace, Value
 from tunekit.core.spec import Tolerance
+from tunekit.store.entry import Entry
 from tunekit.user_kernels.configs import Candidates
 from tunekit.user_kernels.key import KeyMaker
 from tunekit.user_kernels.launch import Call, Hooks, PostHook, PreHook
 from tunekit.user_kernels.search import DoBench, Searcher, make_timer
 from tunekit.user_kernels.stored import StoredKernel, describe
 from tunekit.user_kernels.verify import DEFAULT_TOLERANCES, Reference
+
+# A launch of a stored key, for tuning from a plan: problem -> (grid, args, kwargs).
+Inputs = Callable[[dict[str, Value]], tuple[Any, Sequence[Any], Mapping[str, Any]]]
 
 logger = logging.getLogger("tunekit")
 
@@ -59,8 +63,10 @@ class Autotuned(KernelInterface[Any]):
         hooks: Hooks,
         searcher: Searcher,
         databases: Sequence[Path],
+        inputs: Inputs | None = None,
     ) -> None:
         self.fn = fn
+        self.inputs = inputs
         self.name = name
         self.arg_names: list[str] = list(fn.arg_names)
         self.candidates = candidates
@@ -117,6 +123,27 @@ class Autotuned(KernelInterface[Any]):
         self.hooks.pre(call.meta(config), reset_only=True)  # as triton.autotune does after benchmarking
         return config
 
+    def tune(self, problem: Mapping[str, Value], force: bool = False) -> tuple[Entry, int]:
+        """Tune `problem` (a stored key, as a plan names it) without a caller's launch: the kernel's `inputs=`
+        builds one. Returns the stored entry and how many configs were benchmarked (0: already tuned)."""
+        if self.inputs is None:
+            raise TunekitError(
+                f"{self.name} declares no inputs=: a plan cannot launch it (give tunekit.autotune(inputs=...) a "
+                "function of a problem returning (grid, args, kwargs))"
+            )
+        grid, args, kwargs = self.inputs(dict(problem))
+        call = Call.bind(self.name, self.arg_names, grid, tuple(args), dict(kwargs))
+        launched = self.keys.problem(call.named)
+        if launched != dict(problem):
+            raise TunekitError(f"{self.name}: inputs({dict(problem)}) launches another problem, {launched}")
+        stored = self.stored.lookup(launched)
+        if stored is not None and not force and self.candidates.find(stored.config, launched, self.stored.device):
+            return stored, 0
+        before = self.stats.benchmarks
+        self.stored.stale(launched)
+        measured = self.searcher.measure(self.stored, call, launched)
+        return self.stored.record(measured), self.stats.benchmarks - before
+
     def forget_memo(self) -> None:
         """Drop the in-process memo (the store keeps its entries)."""
         self.cache.clear()
@@ -151,6 +178,7 @@ def autotune(
     trials: int = 30,
     name: str | None = None,
     databases: Sequence[Path | str] = (),
+    inputs: Inputs | None = None,
 ) -> Callable[[Any], Autotuned]:
     """Decorate a `@triton.jit` function as `triton.autotune` does (same arguments), with tunekit's store behind it.
 
@@ -163,6 +191,8 @@ def autotune(
       name the kernel by it.
     - `databases`: tunekit databases (JSON written by `tunekit export`) shipped with the package, read-only, served
       after the working store.
+    - `inputs(problem) -> (grid, args, kwargs)`: a launch of a stored key (random data), so that `tunekit tune --plan`
+      can tune the kernel from a plan naming it by import path.
     """
     candidates = Candidates.make(configs, space)
     hooks = Hooks(tuple(reset_to_zero or ()), tuple(restore_value or ()), pre_hook, post_hook)
@@ -182,6 +212,6 @@ def autotune(
             prune_configs_by,
             trials,
         )
-        return Autotuned(fn, candidates, key, kernel, hooks, searcher, [Path(p) for p in databases])
+        return Autotuned(fn, candidates, key, kernel, hooks, searcher, [Path(p) for p in databases], inputs)
 
     return decorator

@@ -32,11 +32,6 @@ logger = logging.getLogger("tunekit")
 VERSION = 1
 
 
-def is_user_kernel(name: str) -> bool:
-    """A user kernel is named by its import path, `package.module:kernel`; tunekit's own names hold no colon."""
-    return ":" in name
-
-
 def kernel_identity(jit_fn: Any, candidates: Candidates) -> str:
     """tunekit's identity of a kernel: its jit code and callees (comments and formatting aside) and its candidates."""
     return make_identity(VERSION, walk_jit([jit_fn]).digest(), candidates.digest())
