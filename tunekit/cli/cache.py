@@ -34,7 +34,7 @@ def show(
     from tunekit.core.registry import get_spec, kernel_names
     from tunekit.runtime.dispatch import resolve
     from tunekit.store.store import Store
-    from tunekit.user_kernels.names import is_user_kernel
+    from tunekit.store.user_entries import is_user_kernel
 
     if kernels:
         described = {name: get_spec(name).description for name in kernel_names()}

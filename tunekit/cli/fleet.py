@@ -235,8 +235,7 @@ def plan(
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.runtime.recorder import write_plan
-    from tunekit.user_kernels.entries import problem_text
-    from tunekit.user_kernels.names import is_user_kernel
+    from tunekit.store.user_entries import is_user_kernel, problem_text
 
     if not kernel:
         if shape or dtype:

@@ -57,7 +57,7 @@ def _work_list(
     """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
-    from tunekit.user_kernels.names import is_user_kernel
+    from tunekit.store.user_entries import is_user_kernel
 
     if plan is not None:
         if kernel is not None or shapes or dtype:

@@ -15,8 +15,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import TunekitError
 from tunekit.store.entry import Entry
 from tunekit.store.store import Store
-from tunekit.user_kernels.entries import check_import_path, problem_text
-from tunekit.user_kernels.names import is_user_kernel
+from tunekit.store.user_entries import check_import_path, is_user_kernel, problem_text
 
 
 def user_entries(store: Store, kernel: str | None) -> list[Entry]:

@@ -206,7 +206,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     from tunekit.core.registry import get_spec
     from tunekit.runtime.dispatch import resolve, why_not_served
     from tunekit.store.database import shipped_entries
-    from tunekit.user_kernels.names import is_user_kernel
+    from tunekit.store.user_entries import is_user_kernel
 
     local = sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest))
     snapshot = cast("Store", _Snapshot(local))

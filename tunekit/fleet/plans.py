@@ -11,7 +11,7 @@ from tunekit.core.errors import InvalidShapeError, TunekitError
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
-from tunekit.user_kernels.names import is_user_kernel
+from tunekit.store.user_entries import is_user_kernel
 
 
 def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
@@ -62,7 +62,7 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
 
 def user_plan_item(data: dict[str, Any]) -> tuple[str, dict[str, Value]]:
     """A user kernel's item: {"kernel": "package.module:attribute", "problem": {key argument: value, ...}}."""
-    from tunekit.user_kernels.entries import check_import_path
+    from tunekit.store.user_entries import check_import_path
 
     name = check_import_path(data["kernel"])
     problem = data.get("problem")

@@ -36,7 +36,7 @@ from tunekit.store.atomic import write_atomically
 from tunekit.store.entry import TRIAL_STATUSES, Entry
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
-from tunekit.user_kernels.names import is_user_kernel
+from tunekit.store.user_entries import is_user_kernel, validate_user_entry
 
 logger = logging.getLogger("tunekit")
 
@@ -205,8 +205,6 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     )
     kernel = key.get("kernel")
     if isinstance(kernel, str) and is_user_kernel(kernel):
-        from tunekit.user_kernels.entries import validate_user_entry
-
         return validate_user_entry(data, where)  # checked as data: its code is never imported
     _require(
         isinstance(kernel, str) and kernel in kernel_names(),

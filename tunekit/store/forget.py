@@ -13,7 +13,7 @@ from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.store.entry import Entry
 from tunekit.store.store import Store
-from tunekit.user_kernels.names import is_user_kernel
+from tunekit.store.user_entries import is_user_kernel
 
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 _HEX_PREFIX = re.compile(r"[0-9a-f]{4,64}")

@@ -7,8 +7,6 @@
 - verify: a user kernel as a tunekit KernelSpec (fresh inputs, poisoned outputs, the user's reference)
 - search: measuring a config list (triton.autotune's way) or searching a space (tunekit's tuner)
 - stored: the store adapter (identity, lookup, stale entries, shipped databases)
-- names: how a user kernel is named (what the store and CLI read without importing anything else)
-- entries: user-kernel entries in databases and the CLI (validation without importing code)
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
     from tunekit.user_kernels.decorator import autotune as autotune
     from tunekit.user_kernels.verify import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
 
-# Loaded on first use: the store imports tunekit.user_kernels.names, which must not pull in torch and triton.
+# Loaded on first use. Their entries as data (names, checks on import) are tunekit.store.user_entries'.
 _LAZY = {
     "autotune": "tunekit.user_kernels.decorator",
     "Autotuned": "tunekit.user_kernels.decorator",

@@ -1,4 +1,6 @@
-"""User-kernel entries as data: checked on import and listed by the CLI without importing the kernel's code.
+"""User kernels' entries (tunekit.autotune) as data: named, checked on import and listed without importing any code.
+
+A user kernel is named by its import path, `package.module:attribute` (tunekit's own kernel names hold no colon).
 
 An imported entry of a user kernel (named `package.module:attribute`) is checked as far as data allows: a
 well-formed entry of this schema (tunekit.store.payload), a kernel name that is an import path, a device object that
@@ -21,9 +23,14 @@ from tunekit.core.space import Value
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.payload import parse_payload
-from tunekit.user_kernels.names import is_user_kernel
 
 __all__ = ["check_import_path", "is_user_kernel", "problem_text", "validate_user_entry"]
+
+
+def is_user_kernel(name: str) -> bool:
+    """A user kernel is named by its import path; tunekit's own kernel names hold no colon."""
+    return ":" in name
+
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*")
 _LAUNCH_FLOOR_MS = 1e-3  # as tunekit.store.database: no launch completes in under a microsecond
