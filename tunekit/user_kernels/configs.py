@@ -48,7 +48,7 @@ def as_triton(config: Config) -> TritonConfig:
     """A stored (or space) config as a triton.Config: launch options apart from meta-parameters."""
     meta = {name: value for name, value in config.items() if name not in LAUNCH_OPTIONS}
     options = {**_DEFAULT_OPTIONS, **{name: config[name] for name in LAUNCH_OPTIONS if name in config}}
-    return TritonConfig(meta, **options)  # type: ignore[arg-type]
+    return TritonConfig(meta, **options)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class Autotuned(KernelInterface[Any]):
             named = dict(zip(self.arg_names, args))
             named.update((k, v) for k, v in kwargs.items() if k in self.arg_names)
             memo = self.keys.memo_key(named)
-            config = self.cache.get(memo)  # type: ignore[assignment]
+            config = self.cache.get(memo)
             if config is None:
                 config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))
         self.best_config = config

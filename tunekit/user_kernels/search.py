@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -96,7 +97,7 @@ class Searcher:
                     records.append(TrialRecord(data, "wrong", error=wrong))
                     continue
                 self.count(1)
-                ms = self.timer(lambda config=config: launch(self.fn, call, config, self.hooks), data)
+                ms = self.timer(functools.partial(launch, self.fn, call, config, self.hooks), data)
                 records.append(TrialRecord(data, "ok", time_ms=float(ms)))
             except KNOWN_KERNEL_FAILURES as exc:
                 records.append(failure(data, exc))

@@ -55,7 +55,7 @@ class UserSpec(KernelSpec):
     user_identity: str = ""
 
     @property
-    def source_hash(self) -> str:  # type: ignore[override]
+    def source_hash(self) -> str:
         return self.user_identity
 
 
