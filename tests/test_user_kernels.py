@@ -199,3 +199,23 @@ def test_a_stored_config_outside_the_candidates_is_never_served(caplog):
     assert again.best_config.kwargs["BLOCK"] != 128 and again.stats.benchmarks == len(ex.CONFIGS)
     assert torch.equal(out, x + y)
     assert any("is not one of the kernel's candidates" in r.getMessage() for r in caplog.records)
+
+
+def test_a_database_shipped_with_a_package_is_served_without_benchmarks(tmp_path, monkeypatch, caplog):
+    from tunekit.store.database import write_document
+
+    kernel = _kernel(configs=ex.CONFIGS, name="t:shipped")
+    x, y, out = _args()
+    kernel[ex.grid](x, y, out, N)
+    shipped = tmp_path / "tuned.json"
+    write_document(shipped, Store().entries())
+    monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path / "a user's empty store"))
+    user = _kernel(configs=ex.CONFIGS, name="t:shipped", databases=[shipped])
+    user[ex.grid](x, y, out, N)
+    assert user.stats.benchmarks == 0 and user.stats.stored == 1
+    assert user.best_config == kernel.best_config and torch.equal(out, x + y)
+    shipped.write_text("{")  # a broken file is skipped in one warning: the kernel measures
+    broken = _kernel(configs=ex.CONFIGS, name="t:shipped", databases=[shipped])
+    with caplog.at_level(logging.WARNING, logger="tunekit"):
+        broken[ex.grid](x, y, out, N)
+    assert broken.stats.measured == 1 and sum("skipping the database" in r.getMessage() for r in caplog.records) == 1

@@ -78,25 +78,32 @@ class Autotuned(KernelInterface[Any]):
         self.stats = Stats()
         self.cache: dict[tuple[Any, ...], TritonConfig] = {}  # as triton.autotune's: memo key -> config
         self.best_config: TritonConfig | None = None
+        self._single = candidates.single
+        self._arg_set = frozenset(self.arg_names)
+        self._tuned_kwargs: dict[int, dict[str, Any]] = {}  # id(config) -> its launch kwargs (configs live in cache)
 
     def _count(self, n: int) -> None:
         self.stats.benchmarks += n
 
     def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        single = self.candidates.single
-        if single is not None:
-            config = single
+        """The hot path once a key is known: its memo key, a dict lookup, the launch (as triton.autotune's)."""
+        if self._single is not None:
+            config = self._single
         else:
             named = dict(zip(self.arg_names, args))
-            named.update((k, v) for k, v in kwargs.items() if k in self.arg_names)
+            if kwargs:
+                named.update((k, v) for k, v in kwargs.items() if k in self._arg_set)
             memo = self.keys.memo_key(named)
             config = self.cache.get(memo)
             if config is None:
                 config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))
         self.best_config = config
+        tuned = self._tuned_kwargs.get(id(config))
+        if tuned is None:
+            tuned = self._tuned_kwargs[id(config)] = config.all_kwargs()
         if config.pre_hook is not None:
-            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()})
-        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
+            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **tuned})
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **tuned)
 
     def _resolve(self, call: Call) -> TritonConfig:
         """The config for a key not yet seen in this process: stored (and still one of the candidates), or measured."""
@@ -147,6 +154,7 @@ class Autotuned(KernelInterface[Any]):
     def forget_memo(self) -> None:
         """Drop the in-process memo (the store keeps its entries)."""
         self.cache.clear()
+        self._tuned_kwargs.clear()
 
     def problem_of(self, *args: Any, **kwargs: Any) -> dict[str, Value]:
         """The stored key of a launch with these arguments (what `tunekit show` lists)."""

@@ -39,14 +39,14 @@ class KeyMaker:
                 f"{self.kernel}: key argument {exc.args[0]!r} was not passed (key={list(self.keys)}); pass it "
                 "positionally or by name"
             ) from None
-        values += [str(v.dtype) for k, v in named.items() if k in self.arg_names and hasattr(v, "dtype")]
+        values += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]  # `named` holds only arguments
         return tuple(values)
 
     def problem(self, named: Mapping[str, Any]) -> dict[str, Value]:
         """The key as stored data: {key argument: value, "dtype.<argument>": dtype name}."""
         problem: dict[str, Value] = {k: self._value(k, named[k]) for k in self.keys}
         for name, value in named.items():
-            if name in self.arg_names and hasattr(value, "dtype"):
+            if hasattr(value, "dtype"):
                 problem[DTYPE_PREFIX + name] = str(value.dtype).removeprefix("torch.")
         return problem
 

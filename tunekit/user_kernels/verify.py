@@ -33,13 +33,15 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 def fresh(named: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """The arguments with every floating tensor replaced by random values of its shape, dtype and strides; other
     tensors copied; everything else as it is."""
-    generator = torch.Generator().manual_seed(seed)
+    generators: dict[torch.device, torch.Generator] = {}  # drawn where the tensor lives: no copy from the host
     out: dict[str, Any] = {}
     for name, value in named.items():
         if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
-            values = torch.randn(value.shape, generator=generator, dtype=torch.float32).to(value.dtype)
+            generator = generators.get(value.device)
+            if generator is None:
+                generator = generators[value.device] = torch.Generator(value.device).manual_seed(seed)
             copy = torch.empty_like(value)
-            copy.copy_(values.to(value.device))
+            copy.copy_(torch.randn(value.shape, generator=generator, device=value.device, dtype=torch.float32))
             out[name] = copy
         elif isinstance(value, torch.Tensor):
             out[name] = value.clone()
