@@ -7,6 +7,8 @@ names it explicitly by import path (`package.module:attribute`).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +43,13 @@ def user_entries_json(entries: list[Entry]) -> list[dict[str, Any]]:
 
 
 def load_kernel(name: str) -> Any:
-    """The tunekit.autotune kernel at import path `name`: imported because a plan under `tune --plan` names it."""
+    """The tunekit.autotune kernel at import path `name`: imported because a plan under `tune --plan` names it
+    (from the current directory, as `python -m` would, or from what is installed)."""
     from tunekit.user_kernels.decorator import Autotuned
 
     module_name, _, attribute = check_import_path(name).partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` finds modules: the current directory, then what is installed
     try:
         obj: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
