@@ -219,3 +219,16 @@ def test_a_database_shipped_with_a_package_is_served_without_benchmarks(tmp_path
     with caplog.at_level(logging.WARNING, logger="tunekit"):
         broken[ex.grid](x, y, out, N)
     assert broken.stats.measured == 1 and sum("skipping the database" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_over_triton_heuristics_the_identity_is_the_wrapped_jit_functions():
+    from tunekit.core.identity import walk_jit
+
+    even = triton.heuristics({"EVEN": lambda args: args["n"] % 64 == 0})(ex.add_even_kernel)
+    kernel = tunekit.autotune(configs=ex.CONFIGS, key=["n"], do_bench=ex.FakeBench())(even)
+    x, y, out = _args()
+    kernel[ex.grid](x, y, out, N)
+    assert torch.equal(out, x + y) and kernel.name == "user_kernel_example:add_even_kernel"
+    code = kernel.stored.identity.split(".")[1]
+    assert code == walk_jit([ex.add_even_kernel]).digest() != walk_jit([]).digest()
+    assert kernel.keys == ["n"] and kernel.configs == ex.CONFIGS  # triton.autotune's attributes

@@ -30,7 +30,7 @@ from tunekit.user_kernels.configs import Candidates
 from tunekit.user_kernels.key import KeyMaker
 from tunekit.user_kernels.launch import Call, Hooks, PostHook, PreHook
 from tunekit.user_kernels.search import DoBench, Searcher, make_timer
-from tunekit.user_kernels.stored import StoredKernel, describe
+from tunekit.user_kernels.stored import StoredKernel, describe, python_function
 from tunekit.user_kernels.verify import DEFAULT_TOLERANCES, Reference
 
 # A launch of a stored key, for tuning from a plan: problem -> (grid, args, kwargs).
@@ -70,7 +70,9 @@ class Autotuned(KernelInterface[Any]):
         self.name = name
         self.arg_names: list[str] = list(fn.arg_names)
         self.candidates = candidates
-        self.keys = KeyMaker.make(name, self.arg_names, key)
+        self.key_maker = KeyMaker.make(name, self.arg_names, key)
+        self.keys = list(key)  # as triton.autotune's Autotuner: the key names, and its candidate configs
+        self.configs = list(candidates.configs)
         self.hooks = hooks
         self.searcher = searcher
         searcher.count = self._count
@@ -93,7 +95,7 @@ class Autotuned(KernelInterface[Any]):
             named = dict(zip(self.arg_names, args))
             if kwargs:
                 named.update((k, v) for k, v in kwargs.items() if k in self._arg_set)
-            memo = self.keys.memo_key(named)
+            memo = self.key_maker.memo_key(named)
             config = self.cache.get(memo)
             if config is None:
                 config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))
@@ -107,7 +109,7 @@ class Autotuned(KernelInterface[Any]):
 
     def _resolve(self, call: Call) -> TritonConfig:
         """The config for a key not yet seen in this process: stored (and still one of the candidates), or measured."""
-        problem = self.keys.problem(call.named)
+        problem = self.key_maker.problem(call.named)
         entry = self.stored.lookup(problem)
         if entry is not None:
             config = self.candidates.find(entry.config, problem, self.stored.device)
@@ -140,7 +142,7 @@ class Autotuned(KernelInterface[Any]):
             )
         grid, args, kwargs = self.inputs(dict(problem))
         call = Call.bind(self.name, self.arg_names, grid, tuple(args), dict(kwargs))
-        launched = self.keys.problem(call.named)
+        launched = self.key_maker.problem(call.named)
         if launched != dict(problem):
             raise TunekitError(f"{self.name}: inputs({dict(problem)}) launches another problem, {launched}")
         stored = self.stored.lookup(launched)
@@ -151,6 +153,11 @@ class Autotuned(KernelInterface[Any]):
         measured = self.searcher.measure(self.stored, call, launched)
         return self.stored.record(measured), self.stats.benchmarks - before
 
+    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> list[Any]:
+        """Compile every candidate of a config list without running it, as triton.autotune's `warmup` does."""
+        call = Call.bind(self.name, self.arg_names, grid, args, kwargs)
+        return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs()) for c in self.searcher.prune(call)]
+
     def forget_memo(self) -> None:
         """Drop the in-process memo (the store keeps its entries)."""
         self.cache.clear()
@@ -158,13 +165,11 @@ class Autotuned(KernelInterface[Any]):
 
     def problem_of(self, *args: Any, **kwargs: Any) -> dict[str, Value]:
         """The stored key of a launch with these arguments (what `tunekit show` lists)."""
-        return self.keys.problem(Call.bind(self.name, self.arg_names, None, args, kwargs).named)
+        return self.key_maker.problem(Call.bind(self.name, self.arg_names, None, args, kwargs).named)
 
 
 def _default_name(fn: Any) -> str:
-    base = fn
-    while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
-        base = base.fn
+    base = python_function(fn)
     return f"{getattr(base, '__module__', '?')}:{getattr(base, '__qualname__', getattr(base, '__name__', '?'))}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,9 +33,20 @@ logger = logging.getLogger("tunekit")
 VERSION = 1
 
 
+def python_function(fn: Any) -> Any:
+    """The Python function under a jit function, through wrappers that hold it as `.fn` (triton.heuristics)."""
+    while not isinstance(fn, types.FunctionType) and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
+
+
 def kernel_identity(jit_fn: Any, candidates: Candidates) -> str:
-    """tunekit's identity of a kernel: its jit code and callees (comments and formatting aside) and its candidates."""
-    return make_identity(VERSION, walk_jit([jit_fn]).digest(), candidates.digest())
+    """tunekit's identity of a kernel: its jit code and callees (comments and formatting aside) and its candidates.
+    Under wrappers (triton.heuristics), the jit function they wrap; the wrappers' host functions are not part of it."""
+    inner = jit_fn
+    while hasattr(inner, "fn") and not isinstance(inner.fn, types.FunctionType):
+        inner = inner.fn
+    return make_identity(VERSION, walk_jit([inner]).digest(), candidates.digest())
 
 
 @dataclass
