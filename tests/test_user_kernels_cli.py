@@ -46,11 +46,16 @@ def test_a_malformed_user_entry_is_refused_in_one_line(tmp_path):
     db = tmp_path / "db.json"
     run("export", "-o", str(db))
     doc = json.loads(db.read_text())
-    doc["entries"][0]["device"]["sm_count"] = 999  # no longer the device its key names
-    db.write_text(json.dumps(doc))
-    refused = run("import", str(db))
-    assert refused.exit_code == 1 and "not the device key.device_key names" in refused.output
-    assert len(refused.output.strip().splitlines()) == 1
+    for field, value, error in (
+        ("sm_count", 999, "not the device key.device_key names"),
+        ("name", {"nested": 1}, "device is a flat record of JSON scalars"),
+    ):
+        bad = json.loads(json.dumps(doc))
+        bad["entries"][0]["device"][field] = value
+        db.write_text(json.dumps(bad))
+        refused = run("import", str(db))
+        assert refused.exit_code == 1 and error in refused.output and len(Store()) == 1
+        assert len(refused.output.strip().splitlines()) == 1
 
 
 _MODULE = """

@@ -56,6 +56,10 @@ def validate_user_entry(data: dict[str, Any], where: str) -> Entry:
     entry, _, why = parse_payload(digest, json.dumps(data))
     if entry is None:
         raise DatabaseError(f"{where}: {why}")
+    for what, record in (("device", entry.device), ("provenance", entry.provenance)):
+        nested = sorted(k for k, v in record.items() if not (v is None or isinstance(v, (str, bool, int, float))))
+        if nested:
+            raise DatabaseError(f"{where}: {what} is a flat record of JSON scalars, but {nested} are not scalars")
     try:
         device_key = DeviceFingerprint.from_json(entry.device).key
     except (KeyError, TypeError, ValueError) as exc:
