@@ -120,7 +120,8 @@ def tune(
     from tunekit.tuning.tuner import TuneOptions
 
     work_list = _work_list(kernel, shape, dtype, plan)
-    if plan is not None and tune_user_plan(plan_user_items(plan), force) and not work_list:
+    queued = submit or workers is not None
+    if plan is not None and tune_user_plan(plan_user_items(plan), force, queued) and not work_list:
         return
     options = TuneOptions(
         trials=trials,

@@ -61,8 +61,13 @@ def load_kernel(name: str) -> Any:
     return obj
 
 
-def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool) -> int:
-    """Tune the plan's user-kernel problems (each kernel's `inputs=` builds a launch of the problem); one line each."""
+def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool, queued: bool) -> int:
+    """Tune the plan's user-kernel problems (each kernel's `inputs=` builds a launch of the problem); one line each.
+    Fleet workers do not take them (yet): with --submit or --workers, a plan naming one is refused."""
+    if items and queued:
+        raise TunekitError(
+            f"fleet workers do not tune user kernels yet ({items[0][0]}): tune them here, without --submit/--workers"
+        )
     for name, problem in items:
         kernel = load_kernel(name)
         entry, measured = kernel.tune(problem, force=force)
