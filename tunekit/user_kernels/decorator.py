@@ -45,7 +45,7 @@ __all__ = ["Autotuned", "Stats", "autotune"]
 class Stats:
     """What a kernel did in this process: tests and scripts assert on these."""
 
-    benchmarks: int = 0  # configs timed
+    benchmarks: int = 0  # configs benchmarked (a config that fails while timed counts, as in triton.autotune)
     measured: int = 0  # keys measured here
     stored: int = 0  # keys served from the store or a shipped database, without measuring
     stale: int = 0  # keys whose stored entry was tuned for other code (not served)
