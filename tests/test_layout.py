@@ -3,7 +3,7 @@
 Every import counts: module level, inside functions and under TYPE_CHECKING, read with `ast` (nothing imported).
 Layers, bottom to top (README, "Package layout"):
 
-    core <- store <- tuning <- runtime (with the public ops/, nn.py) <- fleet <- evaluation <- cli
+    core <- store <- tuning <- runtime (with the public ops/, nn.py) <- user_kernels <- fleet <- evaluation <- cli
 
 A module may import its own layer and the layers below it. The kernel side (tunekit.kernels, tunekit.search_spaces,
 installed from kernels/ and search_spaces/) is declarations: it counts as core and may import core only. The
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "store", "tuning", "runtime", "fleet", "evaluation", "cli")
+LAYERS = ("core", "store", "tuning", "runtime", "user_kernels", "fleet", "evaluation", "cli")
 SOURCES = {
     "tunekit": ROOT / "tunekit",
     "tunekit.kernels": ROOT / "kernels",

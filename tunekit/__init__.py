@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from tunekit.runtime.patching import patch as patch
     from tunekit.runtime.patching import unpatch as unpatch
     from tunekit.runtime.recorder import record_problems as record_problems
+    from tunekit.user_kernels import autotune as autotune
 
 # Public names loaded on first access: name -> (module, attribute or None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -55,9 +56,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "unpatch": ("tunekit.runtime.patching", "unpatch"),
     "record_problems": ("tunekit.runtime.recorder", "record_problems"),
     "tune_model": ("tunekit.evaluation.tune_model", "tune_model"),
+    "autotune": ("tunekit.user_kernels", "autotune"),
 }
 
-__all__ = ["DISTRIBUTION", "__version__", "nn", "ops", "patch", "record_problems", "tune_model", "unpatch"]
+__all__ = [
+    "DISTRIBUTION", "__version__", "autotune", "nn", "ops", "patch", "record_problems", "tune_model", "unpatch",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ import typer
 
 from tunekit.cli.app import DtypeOpt, JsonOpt, ShapeOpt, console, say
 from tunekit.cli.problems import kernel_problems
+from tunekit.cli.user_kernels import show_user_entries, user_entries, user_entries_json
 from tunekit.cli.views import config_text, list_entries
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import markup
@@ -33,6 +34,7 @@ def show(
     from tunekit.core.registry import get_spec, kernel_names
     from tunekit.runtime.dispatch import resolve
     from tunekit.store.store import Store
+    from tunekit.store.user_entries import is_user_kernel
 
     if kernels:
         described = {name: get_spec(name).description for name in kernel_names()}
@@ -58,15 +60,17 @@ def show(
             if json_out:
                 print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
             return
-        if kernel is not None:
+        if kernel is not None and not is_user_kernel(kernel):
             get_spec(kernel)  # an unknown name fails with the list of valid ones
         listed = list_entries(store, device, kernel, shipped)
+        users = user_entries(store, kernel)
     if json_out:
         document = {
             "device": device_json(device),
             "cache": str(store.directory),
             "entries": [e.to_json() for e in listed.entries],
             "unknown_kernels": listed.unknown,
+            "user_kernels": user_entries_json(users),
         }
         print(json.dumps(document, indent=1, default=str))
         return
@@ -75,6 +79,7 @@ def show(
     for shown in listed.entries:
         for line in shown.block():
             say(line)
+    show_user_entries(users, device)
     counts = {source: sum(e.source == source for e in listed.entries) for source in ("cache", "shipped")}
     summary = f"{counts['cache']} {_entries(counts['cache'])} in the cache"
     summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries not listed: --shipped lists them)"

@@ -235,6 +235,7 @@ def plan(
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.runtime.recorder import write_plan
+    from tunekit.store.user_entries import is_user_kernel, problem_text
 
     if not kernel:
         if shape or dtype:
@@ -244,7 +245,8 @@ def plan(
         for col in ("kernel", "problem"):
             table.add_column(col)
         for name, problem in problems:
-            table.add_row(name, markup(get_spec(name).describe_problem(problem)))
+            described = problem_text(problem) if is_user_kernel(name) else get_spec(name).describe_problem(problem)
+            table.add_row(name, markup(described))
         console.print(table)
         console.print(markup(f"{len(problems)} problems in {file}"))
         return

@@ -12,6 +12,7 @@ import typer
 from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, say
 from tunekit.cli.fleet import tune_through_queue
 from tunekit.cli.problems import kernel_problems
+from tunekit.cli.user_kernels import plan_user_items, tune_user_plan
 from tunekit.cli.views import INTERPRETER_NOTE, TuneResult, printable, problem_text
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Problem
@@ -56,11 +57,12 @@ def _work_list(
     """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
+    from tunekit.store.user_entries import is_user_kernel
 
     if plan is not None:
         if kernel is not None or shapes or dtype:
             raise TunekitError("give --plan, or --kernel with --shape/--dtype, not both (a plan names its problems)")
-        return [(get_spec(k), p) for k, p in read_plan(plan)]
+        return [(get_spec(k), p) for k, p in read_plan(plan) if not is_user_kernel(k)]  # those: tune_user_plan
     if kernel is None:
         raise TunekitError("tune needs --kernel (with --shape/--dtype) or --plan FILE")
     spec = get_spec(kernel)
@@ -118,6 +120,9 @@ def tune(
     from tunekit.tuning.tuner import TuneOptions
 
     work_list = _work_list(kernel, shape, dtype, plan)
+    queued = submit or workers is not None
+    if plan is not None and tune_user_plan(plan_user_items(plan), force, queued) and not work_list:
+        return
     options = TuneOptions(
         trials=trials,
         timeout_s=timeout,

@@ -206,6 +206,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     from tunekit.core.registry import get_spec
     from tunekit.runtime.dispatch import resolve, why_not_served
     from tunekit.store.database import shipped_entries
+    from tunekit.store.user_entries import is_user_kernel
 
     local = sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest))
     snapshot = cast("Store", _Snapshot(local))
@@ -219,8 +220,8 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     served: dict[tuple[str, Any], str] = {}
     for source, entries in sources:
         for e in entries:
-            if kernel is not None and e.key.kernel != kernel:
-                continue
+            if (kernel is not None and e.key.kernel != kernel) or is_user_kernel(e.key.kernel):
+                continue  # user kernels are listed by tunekit.cli.user_kernels
             try:
                 spec = get_spec(e.key.kernel)
             except UnknownKernelError:

@@ -11,6 +11,7 @@ from tunekit.core.errors import InvalidShapeError, TunekitError
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
+from tunekit.store.user_entries import is_user_kernel
 
 
 def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
@@ -44,6 +45,8 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
 
     if not isinstance(data, dict) or not isinstance(data.get("kernel"), str):
         raise TunekitError('each item must be an object with a "kernel" name')
+    if is_user_kernel(data["kernel"]):
+        return user_plan_item(data)  # checked as data: the kernel is imported only by `tune --plan`
     spec = get_spec(data["kernel"])
     extra = sorted(set(data) - {"kernel", "problem", "shape", "dtype"})
     if extra:
@@ -55,6 +58,22 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
     if "shape" not in data or not isinstance(data.get("dtype"), str):
         raise TunekitError(f'give "problem", or "shape" ({spec.shape_help or "see tunekit show"}) and a "dtype" string')
     return spec.name, check_problem(spec, spec.problem_from_shape(_shape(data["shape"]), data["dtype"]))
+
+
+def user_plan_item(data: dict[str, Any]) -> tuple[str, dict[str, Value]]:
+    """A user kernel's item: {"kernel": "package.module:attribute", "problem": {key argument: value, ...}}."""
+    from tunekit.store.user_entries import check_import_path
+
+    name = check_import_path(data["kernel"])
+    problem = data.get("problem")
+    if sorted(data) != ["kernel", "problem"] or not isinstance(problem, dict):
+        raise TunekitError(
+            f'a user kernel\'s item is {{"kernel", "problem": {{...}}}}, but {name}\'s has {sorted(data)}'
+        )
+    bad = {k: v for k, v in problem.items() if not isinstance(v, (str, bool, int))}
+    if bad:
+        raise TunekitError(f"{name}: problem values must be strings, bools or ints, but got {bad}")
+    return name, dict(problem)
 
 
 def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:

@@ -36,6 +36,7 @@ from tunekit.store.atomic import write_atomically
 from tunekit.store.entry import TRIAL_STATUSES, Entry
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
+from tunekit.store.user_entries import is_user_kernel, validate_user_entry
 
 logger = logging.getLogger("tunekit")
 
@@ -59,7 +60,7 @@ def document(entries: Iterable[Entry]) -> dict[str, Any]:
 
 
 def export_entries(store: Store, kernel: str | None = None, device_key: str | None = None) -> list[Entry]:
-    if kernel is not None:
+    if kernel is not None and not is_user_kernel(kernel):
         get_spec(kernel)  # unknown names fail with the list of valid ones
     return [
         e
@@ -203,6 +204,8 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
         f"key schema must be {SCHEMA_VERSION}, got {brief(schema)}",
     )
     kernel = key.get("kernel")
+    if isinstance(kernel, str) and is_user_kernel(kernel):
+        return validate_user_entry(data, where)  # checked as data: its code is never imported
     _require(
         isinstance(kernel, str) and kernel in kernel_names(),
         where,

@@ -13,6 +13,7 @@ from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.store.entry import Entry
 from tunekit.store.store import Store
+from tunekit.store.user_entries import is_user_kernel
 
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 _HEX_PREFIX = re.compile(r"[0-9a-f]{4,64}")
@@ -34,7 +35,7 @@ class Selection:
                 raise TunekitError(
                     f"{what} must be 4 to 64 lowercase hex digits (a key or its prefix), but got {value!r}"
                 )
-        if self.kernel is not None:
+        if self.kernel is not None and not is_user_kernel(self.kernel):
             get_spec(self.kernel)  # an unknown name fails with the list of valid ones
 
     def matches(self, entry: Entry) -> bool:

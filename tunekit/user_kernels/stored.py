@@ -1,0 +1,151 @@
+"""Where a user kernel's tuned configs live: tunekit's working store (the same sqlite file, the same entries as
+tunekit's own kernels), then the read-only databases a package ships beside its kernels.
+
+A user kernel's entries are keyed like tunekit's: its name (the import path `package.module:kernel`), its identity
+(tunekit.core.identity's digest of its jit function and jit callees, and a digest of its candidates), the device
+fingerprint (which holds Triton's version) and the problem (the key arguments' values and the tensor dtypes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import types
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tunekit import __version__
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.errors import CacheError, DatabaseError
+from tunekit.core.identity import explain_change, make_identity, walk_jit
+from tunekit.core.space import Value
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+from tunekit.user_kernels.configs import Candidates
+
+logger = logging.getLogger("tunekit")
+
+# Bumped when what a user kernel's entry means changes (how its key or configs are stored).
+VERSION = 1
+
+
+def python_function(fn: Any) -> Any:
+    """The Python function under a jit function, through wrappers that hold it as `.fn` (triton.heuristics)."""
+    while not isinstance(fn, types.FunctionType) and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
+
+
+def kernel_identity(jit_fn: Any, candidates: Candidates) -> str:
+    """tunekit's identity of a kernel: its jit code and callees (comments and formatting aside) and its candidates.
+    Under wrappers (triton.heuristics), the jit function they wrap; the wrappers' host functions are not part of it."""
+    inner = jit_fn
+    while hasattr(inner, "fn") and not isinstance(inner.fn, types.FunctionType):
+        inner = inner.fn
+    return make_identity(VERSION, walk_jit([inner]).digest(), candidates.digest())
+
+
+@dataclass
+class StoredKernel:
+    """One user kernel's view of the store: look up, record, and say why an entry is not served."""
+
+    name: str
+    jit_fn: Any
+    candidates: Candidates
+    databases: Sequence[Path] = ()
+    _warned: set[str] = field(default_factory=set)
+
+    @cached_property
+    def identity(self) -> str:
+        return kernel_identity(self.jit_fn, self.candidates)
+
+    @cached_property
+    def device(self) -> DeviceFingerprint:
+        return fingerprint()
+
+    def key(self, problem: dict[str, Value]) -> CacheKey:
+        return CacheKey.make(self.name, self.identity, self.device.key, problem)
+
+    def lookup(self, problem: dict[str, Value]) -> Entry | None:
+        """The entry for `problem` on this device under this code: the working store's, else a shipped one's."""
+        key = self.key(problem)
+        try:
+            entry = Store().get(key)
+        except CacheError as exc:
+            self._warn("open", f"tunekit: {self.name}: {exc}; measuring instead")
+            entry = None
+        return entry if entry is not None else self._shipped().get(key)
+
+    def stale(self, problem: dict[str, Value]) -> list[Entry]:
+        """Entries of this problem and device tuned for other code or candidates: never served, said once."""
+        key = self.key(problem)
+        try:
+            related = Store().related(key)
+        except CacheError:
+            return []
+        found = [e for e in related if e.key.device_key == key.device_key and e.key.source_hash != key.source_hash]
+        if found:
+            why = explain_change(found[0].key.source_hash, key.source_hash)
+            self._warn(
+                f"stale:{key.digest}",
+                f"tunekit: {self.name}: the stored config for {describe(problem)} is stale ({why}); measuring again",
+            )
+        return found
+
+    def record(self, entry: Entry) -> Entry:
+        """Store an entry (merged with what is there). A store that cannot be written is a warning, not an error:
+        the launch goes on with the measured best."""
+        try:
+            return Store().put(entry)
+        except CacheError as exc:
+            self._warn("write", f"tunekit: {self.name}: the tuned config is not stored: {exc}")
+            return entry
+
+    def entry(self, problem: dict[str, Value], best: TrialRecord, trials: Iterable[TrialRecord], how: str) -> Entry:
+        return Entry(
+            key=self.key(problem),
+            config=dict(best.config),
+            time_ms=float(best.time_ms or 0.0),
+            device=self.device.to_json(),
+            provenance={
+                "tunekit_version": __version__,
+                "strategy": how,
+                "timer": how,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "origin": "local",
+            },
+            trials=tuple(trials),
+        )
+
+    @cached_property
+    def _shipped_entries(self) -> dict[CacheKey, Entry]:
+        from tunekit.store.database import read_document
+
+        found: dict[CacheKey, Entry] = {}
+        for path in self.databases:
+            try:
+                entries = read_document(Path(path))
+            except DatabaseError as exc:
+                self._warn(f"db:{path}", f"tunekit: {self.name}: skipping the database {path}: {exc}")
+                continue
+            for entry in entries:
+                old = found.get(entry.key)
+                if entry.key.kernel == self.name and (old is None or entry.time_ms < old.time_ms):
+                    found[entry.key] = entry
+        return found
+
+    def _shipped(self) -> dict[CacheKey, Entry]:
+        return self._shipped_entries if self.databases else {}
+
+    def _warn(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.warning("%s", message)
+
+
+def describe(problem: dict[str, Value]) -> str:
+    return ",".join(f"{k}={v}" for k, v in problem.items())
