@@ -2,6 +2,8 @@
 
     record the problems of the patched model's runs (tunekit.record_problems) -> a plan file
     tune the plan (what `tunekit tune --plan` does) into a working cache
+    on a GPU: time each run before and after in alternation, and demote what slowed one (tunekit.tune_model,
+    which does the recording and tuning there)
     rerun the tunekit variants served by that cache
 
 The tuning runs in this process, through the functions `tunekit tune --plan` calls (`read_plan`, then
@@ -24,10 +26,9 @@ from pathlib import Path
 import torch
 
 from tunekit.core.errors import TunekitError
-from tunekit.evaluation.model_bench import DTYPE, build, inputs, measure, run_once
+from tunekit.evaluation.model_bench import DTYPE, build, forward, inputs, loss, measure, run_once
 from tunekit.evaluation.model_results import TUNED_SUFFIX, Result, Workload
 from tunekit.runtime.dispatch import reset_all
-from tunekit.runtime.patching import patch
 from tunekit.runtime.recorder import record_problems
 
 
@@ -49,7 +50,8 @@ class WorkflowReport:
     tuned: int = 0
     skipped: int = 0
     failed: list[str] = field(default_factory=list)
-    record_s: float = 0.0  # wall time of the recorded runs (the model built and patched before)
+    demoted: list[str] = field(default_factory=list)  # entries that slowed a step, served torch from then on
+    record_s: float = 0.0  # wall time of the recorded runs (on the GPU, tune_model records: counted in tune_s)
     tune_s: float = 0.0
     rerun_s: float = 0.0  # the rerun's measurement (eager again, as its reference, then the tunekit variants)
     total_s: float = 0.0  # record, tune and rerun
@@ -57,6 +59,7 @@ class WorkflowReport:
     def summary(self) -> str:
         """One line: what was recorded and tuned, how long each step took, where the cache is."""
         failed = f", {len(self.failed)} failed" if self.failed else ""
+        failed += f", {len(self.demoted)} demoted" if self.demoted else ""
         kept = "" if self.cache_kept else " (temporary, deleted)"
         return (
             f"{self.model} workflow: {self.problems} problems recorded, {self.tuned} tuned at {self.trials} trials "
@@ -149,23 +152,44 @@ def run_workflow(
     return tuned_rows(rows)
 
 
-def gpu_workflow(w: Workload, variants: tuple[str, ...], reps: int, report: WorkflowReport) -> list[Result]:
-    """The workflow of one workload on the GPU: its patched model recorded, the plan tuned, `variants` rerun
-    (`measure`) served by the tuned cache."""
-    device = torch.device("cuda")
-    model = build(w, device, DTYPE)
-    patch(model)
-    ids = inputs(w, device)
-    held = [model]  # given up by the recording: the rerun builds its own copies, and the tuner wants the memory
-    del model
+def model_steps(ids: dict[str, torch.Tensor]) -> dict[str, Callable[[torch.nn.Module], object]]:
+    """The benchmark's runs as tune_model's steps: prefill and decode forwards in eval mode, a training forward and
+    backward in train mode."""
 
-    def record(plan: Path) -> int:
-        problems = record_plan(held.pop(), ids, plan)
+    def infer(run: str) -> Callable[[torch.nn.Module], object]:
+        def step(model: torch.nn.Module) -> object:
+            model.eval()
+            return forward(model, ids[run])()
+
+        return step
+
+    def train(model: torch.nn.Module) -> None:
+        model.train()
+        loss(model, ids["train"]).backward()
+
+    return {"prefill": infer("prefill"), "decode": infer("decode"), "train": train}
+
+
+def gpu_workflow(w: Workload, variants: tuple[str, ...], reps: int, report: WorkflowReport) -> list[Result]:
+    """The workflow of one workload on the GPU: `tunekit.tune_model` on its patched model (record, tune, time
+    before and after in alternation, demote what slowed a step), then `variants` rerun (`measure`) served by the
+    tuned cache."""
+    from tunekit.evaluation.tune_model import tune_model
+
+    device = torch.device("cuda")
+    held = [build(w, device, DTYPE)]  # given up by tuning: the rerun builds its own copies
+    ids = inputs(w, device)
+
+    def tune(plan: Path, cache_dir: Path, trials: int) -> TuneCounts:
+        with serving_from(cache_dir):
+            tuned = tune_model(held.pop(), model_steps(ids), trials=trials, plan=plan, compare_eager=False)
         torch.cuda.empty_cache()
-        return problems
+        report.problems = tuned.problems
+        report.demoted = [f"{d.kernel} {d.problem} ({d.step} {d.gain:.1%} faster without it)" for d in tuned.demoted]
+        return TuneCounts(tuned.tuned, tuned.problems - tuned.tuned - len(tuned.failed), list(tuned.failed))
 
     def rerun() -> list[Result]:
         torch._dynamo.reset()  # a compiled graph keeps the configs dispatch served when it was traced
         return measure(w, variants, reps)
 
-    return run_workflow(report, record, tune_plan, rerun)
+    return run_workflow(report, lambda plan: 0, tune, rerun)
