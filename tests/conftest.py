@@ -23,3 +23,14 @@ def toy(monkeypatch):
     """Register the toy kernel (tests/toy_kernel.py) for the length of one test."""
     monkeypatch.setitem(registry.KERNELS, "toy", "toy_kernel")
     return registry.get_spec("toy")
+
+
+@pytest.fixture
+def swapped_under_compile(monkeypatch):
+    """Every op traces as tunekit's own custom op under torch.compile, whatever the compile policy swaps: for the
+    tests of that path (the custom ops, their fakes and autograd formulas)."""
+    import tunekit.ops  # noqa: F401  (registers every op's hot path)
+    from tunekit.runtime import hotpath
+
+    for hot in (*hotpath.ops(), *hotpath._INNER):
+        monkeypatch.setattr(hot, "swapped_under_compile", True)

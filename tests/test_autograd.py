@@ -122,6 +122,7 @@ def test_gradients_match_torch_or_refuse(name, dtype):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_gradients_under_torch_compile_fullgraph(name):
     torch._dynamo.reset()
     _check(name, torch.float32, lambda case: torch.compile(case[1], fullgraph=True, backend="aot_eager"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import tunekit.ops as tk
@@ -33,6 +34,7 @@ def reference(block: Block, x: torch.Tensor) -> torch.Tensor:
     return (torch.softmax(h, dim=-1) * h).sum(-1) + h.mean(-1)
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_model_compiles_fullgraph_and_matches_eager():
     block = Block(d=32, hidden=48)
     x = torch.randn(2, 5, 32)

@@ -164,6 +164,7 @@ def test_strided_logits_and_targets() -> None:
     torch.testing.assert_close(ops.cross_entropy(xt, t8), F.cross_entropy(xt, t8))
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_torch_compile_fullgraph_trains() -> None:
     torch._dynamo.reset()
     x, t = _inputs(5, 300, torch.float32)

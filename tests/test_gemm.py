@@ -614,6 +614,7 @@ def test_empty_and_zero_k() -> None:
     torch.testing.assert_close(got, bias.expand(2, 4) + 0.5 * residual)
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_ops_under_torch_compile() -> None:
     x, w, b = torch.randn(3, 7, 40), torch.randn(24, 40) / 6, torch.randn(24)
     r = torch.randn(3, 7, 24)

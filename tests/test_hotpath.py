@@ -328,7 +328,8 @@ def test_policies_that_may_serve_triton_keep_the_dispatch_path(variable: str, mo
 
 def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under torch.compile, an op nothing of tunekit's can serve is traced as torch's own ops (which the compiler
-    can fuse), not as tunekit's opaque custom op; once a kernel of it has an entry, the custom op is back."""
+    can fuse), not as tunekit's opaque custom op; once a kernel of it has an entry, the custom op is back where the
+    compile policy swaps the op under compile, and only there."""
     _on_untuned_gpu(monkeypatch)
     x, w = torch.randn(4, 40), torch.randn(40)
     targets: list[str] = []
@@ -348,7 +349,13 @@ def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: p
         store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel="rmsnorm")))
     dispatch.reset_all()
     ops.rms_norm(x, (40,), w)
+    monkeypatch.setattr(ops.rms_norm, "swapped_under_compile", False)  # not in the policy: torch's ops still
     targets.clear()
     torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
-    assert any("tunekit" in t for t in targets), targets  # the guard on the decision recompiled
+    assert not any("tunekit" in t for t in targets), targets  # (no recompile: the graph never read the decision)
+    monkeypatch.setattr(ops.rms_norm, "swapped_under_compile", True)
+    torch._dynamo.reset()
+    targets.clear()
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert any("tunekit" in t for t in targets), targets
     torch._dynamo.reset()

@@ -490,6 +490,7 @@ class _Block(torch.nn.Module):
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_compiled_training_step_matches_torch(backend: str) -> None:
     """fullgraph: the custom ops trace without graph breaks; aot_eager also traces the backward's fake kernels."""
     torch.manual_seed(0)

@@ -365,6 +365,7 @@ def test_bytes_and_flops() -> None:
 # ------------------------------------------------------------------------------------ custom ops, compile
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_custom_ops_trace_under_torch_compile() -> None:
     x = randn(4, 6, 48)
     bias = randn(48, seed=1, std=0.5)

@@ -359,6 +359,7 @@ def test_autograd_matches_torch() -> None:
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_torch_compile_fullgraph() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         m = rops.max(x, 0)

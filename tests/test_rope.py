@@ -178,6 +178,7 @@ def test_torch_served_problems_run_transformers_formula(monkeypatch):
         torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.usefixtures("swapped_under_compile")
 def test_torch_compile_fullgraph_forward_and_backward():
     torch._dynamo.reset()
     q, k = _projection(2, 5, 4, 8, torch.float32, 1), _projection(2, 5, 2, 8, torch.float32, 2)

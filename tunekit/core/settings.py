@@ -11,6 +11,9 @@
 | TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
 | TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
 | TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
+| TUNEKIT_COMPILE_OPS     | ops a torch.compile graph calls as tunekit's (comma list, all, | measured default        |
+|                         | none); the others trace as torch's own ops, for Inductor      | (tunekit.runtime.       |
+|                         |                                                                | compile_policy)         |
 | TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
 """
 
@@ -106,3 +109,9 @@ def extra_kernels() -> dict[str, str]:
 
 def interpret_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+
+
+def compile_ops() -> str | None:
+    """TUNEKIT_COMPILE_OPS as given (stripped, lower case), or None when unset."""
+    raw = os.environ.get("TUNEKIT_COMPILE_OPS")
+    return raw.strip().lower() if raw is not None and raw.strip() else None

@@ -28,7 +28,7 @@ import torch
 
 from tunekit.core.launch_plan import TorchCall, build_plan
 from tunekit.core.launch_watch import Watch, watching
-from tunekit.runtime import recorder
+from tunekit.runtime import compile_policy, recorder
 from tunekit.runtime.eager_autograd import runs_tunekit_backward
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,15 +93,19 @@ class HotPath:
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
         self.plans: dict[tuple[object, ...], object] = {}
         self.stats = Stats()
+        self.swapped_under_compile = compile_policy.swapped_under_compile(op.__name__)
         functools.update_wrapper(self, op)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
-            # Where nothing of tunekit's can serve (decided by an eager call), the graph holds torch's own ops,
-            # which the compiler may fuse with their neighbours; else the op's custom op. Dynamo guards on the
-            # attribute, so a decision changed by reset_all recompiles.
-            only_torch = self.only_torch and not recorder.ACTIVE
-            return self.torch_equivalent(*args, **kwargs) if only_torch else self.op(*args, **kwargs)  # type: ignore[misc]
+            # The graph holds torch's own ops, which Inductor fuses with their neighbours, unless this op is one that
+            # wins under compile (compile_policy) and something of tunekit's can serve it (an eager call decided
+            # only_torch; dynamo guards on the attribute, so a decision changed by reset_all recompiles). A
+            # recording traces the op itself, so that its problems are recorded.
+            swapped = self.swapped_under_compile and not self.only_torch
+            if swapped or recorder.ACTIVE or self.torch_equivalent is None:
+                return self.op(*args, **kwargs)
+            return self.torch_equivalent(*args, **kwargs)
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
         only_torch = self.only_torch

@@ -1,0 +1,79 @@
+"""Under torch.compile, a patched model's graph calls tunekit's ops only where the compile policy swaps them: with
+the default policy a patched model traces fullgraph to torch's own ops (what Inductor fuses), with every op swapped
+the same model traces fullgraph to tunekit's custom ops. TUNEKIT_COMPILE_OPS is validated."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tunekit.core.errors import TunekitError
+from tunekit.runtime import compile_policy
+from tunekit.runtime.patching import patch
+
+transformers = pytest.importorskip("transformers")
+
+
+def _patched_qwen2() -> tuple[torch.nn.Module, torch.nn.Module]:
+    config = transformers.Qwen2Config(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=96, max_position_embeddings=32,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    eager = transformers.Qwen2ForCausalLM(config).float()
+    patched = copy.deepcopy(eager)
+    patch(patched)
+    return eager, patched
+
+
+def _trace(model: torch.nn.Module, ids: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+    """The call_function targets of the fullgraph-compiled training forward, and its loss (backward run too)."""
+    targets: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, _: object):  # type: ignore[no-untyped-def]
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    loss = torch.compile(model, fullgraph=True, backend=backend)(ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    torch._dynamo.reset()
+    return targets, loss
+
+
+def test_default_policy_traces_torch_ops_only() -> None:
+    eager, patched = _patched_qwen2()
+    ids = torch.randint(0, 96, (2, 8))
+    targets, loss = _trace(patched, ids)
+    swapped = [t for t in targets if "tunekit" in t]
+    assert targets and all(any(op in t for op in compile_policy.SWAPPED) for t in swapped), swapped
+    want = eager(ids, labels=ids, use_cache=False).loss
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-4)
+    for (name, p), (_, q) in zip(eager.named_parameters(), patched.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.usefixtures("swapped_under_compile")
+def test_every_op_swapped_traces_fullgraph_to_tunekit_ops() -> None:
+    _, patched = _patched_qwen2()
+    ids = torch.randint(0, 96, (2, 8))
+    targets, _ = _trace(patched, ids)
+    assert any("tunekit.linear" in t or "tunekit.matmul" in t for t in targets), targets
+    assert any("tunekit.rms_norm" in t for t in targets), targets
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"), [("all", set(compile_policy.OPS)), ("none", set()), (" linear, rms_norm ", {"linear", "rms_norm"})]
+)
+def test_the_environment_sets_the_policy(monkeypatch: pytest.MonkeyPatch, raw: str, want: set[str]) -> None:
+    monkeypatch.setenv("TUNEKIT_COMPILE_OPS", raw)
+    assert compile_policy._from_settings() == want
+
+
+def test_an_unknown_op_in_the_environment_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNEKIT_COMPILE_OPS", "linear,flash_attention")
+    with pytest.raises(TunekitError, match=r"TUNEKIT_COMPILE_OPS must name ops of .* but got \['flash_attention'\]"):
+        compile_policy._from_settings()
