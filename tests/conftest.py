@@ -29,8 +29,6 @@ def toy(monkeypatch):
 def swapped_under_compile(monkeypatch):
     """Every op traces as tunekit's own custom op under torch.compile, whatever the compile policy swaps: for the
     tests of that path (the custom ops, their fakes and autograd formulas)."""
-    import tunekit.ops  # noqa: F401  (registers every op's hot path)
-    from tunekit.runtime import hotpath
+    from tunekit.runtime import compile_policy
 
-    for hot in (*hotpath.ops(), *hotpath._INNER):
-        monkeypatch.setattr(hot, "swapped_under_compile", True)
+    monkeypatch.setattr(compile_policy, "SWAPPED", frozenset(compile_policy.OPS))

@@ -20,7 +20,8 @@ from tunekit.evaluation import model_bench, model_results, model_run, model_work
 from tunekit.evaluation.model_plot import plot_speeds, speed_bars
 from tunekit.evaluation.model_results import Result, Workload, skipped, speed_vs_eager, table, write_json
 from tunekit.evaluation.model_run import ModelBenchRun, WorkflowOptions, run_bench, write_outputs
-from tunekit.evaluation.model_workflow import TuneCounts, WorkflowReport, run_workflow, serving_from
+from tunekit.evaluation.model_workflow import WorkflowReport, run_workflow, serving_from
+from tunekit.evaluation.plan_tuning import TuneCounts, tune_plan
 from tunekit.runtime import dispatch
 
 runner = CliRunner()
@@ -179,11 +180,11 @@ def test_the_workflow_records_tunes_and_serves_from_the_tuned_cache(tmp_path):
         return []
 
     record = lambda plan: model_workflow.record_plan(model, ids, plan)  # noqa: E731
-    run_workflow(report, record, model_workflow.tune_plan, rerun)
+    run_workflow(report, record, tune_plan, rerun)
     plan_lines = Path(report.plan).read_text().splitlines()
     assert report.problems == len(plan_lines) > 10 and report.tuned == report.problems and not report.failed
     assert len(served) == report.problems and set(served.values()) == {"cache"}, served
-    again = model_workflow.tune_plan(Path(report.plan), Path(report.cache_dir), 1)
+    again = tune_plan(Path(report.plan), Path(report.cache_dir), 1)
     assert (again.tuned, again.skipped) == (0, report.problems)  # tuned to the budget: nothing measured twice
 
 

@@ -16,6 +16,7 @@ from tunekit import ops
 from tunekit.core import backend
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
+from tunekit.runtime.compile_policy import traces_as_model_code
 from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 
 __all__ = ["LayerNorm", "Linear", "RMSNorm"]
@@ -67,7 +68,8 @@ def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor
     statistics, eps, offset = module.__dict__["_tunekit_norm"]
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None  # patch only marks modules with a weight
-    if not runs_here(x, weight, bias):
+    op = "rms_norm" if statistics == "rms" else "layer_norm"
+    if traces_as_model_code(op) or not runs_here(x, weight, bias):
         return type(module).forward(module, x)
     scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
     if statistics == "rms":
@@ -127,6 +129,6 @@ def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     activation = module.__dict__.get("_tunekit_activation")
     assert weight is not None and bias is not None  # patch only marks modules with both
     x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], weight.shape[1])
-    if runs_here(x, weight, bias):
+    if not traces_as_model_code("matmul") and runs_here(x, weight, bias):
         return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
     return apply_activation(type(module).forward(module, x), activation)  # its own forward, then the fused act

@@ -24,7 +24,7 @@ import torch
 from tunekit.evaluation.model_bench import build
 from tunekit.evaluation.model_results import Workload
 from tunekit.evaluation.tune_model import _Alternation, default_timer
-from tunekit.runtime import compile_policy, hotpath
+from tunekit.runtime import compile_policy
 from tunekit.runtime.patching import patch
 
 SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
@@ -32,8 +32,7 @@ WIDTHS = {"qwen2": (3584, 152064), "mistral": (4096, 32000), "llama": (4096, 320
 
 
 def set_policy(names: frozenset[str]) -> None:
-    for hot in (*hotpath.ops(), *hotpath._INNER):
-        hot.swapped_under_compile = hot.op.__name__ in names
+    compile_policy.SWAPPED = names
     torch._dynamo.reset()
 
 

@@ -25,18 +25,11 @@ from pathlib import Path
 
 import torch
 
-from tunekit.core.errors import TunekitError
 from tunekit.evaluation.model_bench import DTYPE, build, forward, inputs, loss, measure, run_once
 from tunekit.evaluation.model_results import TUNED_SUFFIX, Result, Workload
+from tunekit.evaluation.plan_tuning import TuneCounts
 from tunekit.runtime.dispatch import reset_all
 from tunekit.runtime.recorder import record_problems
-
-
-@dataclass
-class TuneCounts:
-    tuned: int = 0  # problems this run measured configs for
-    skipped: int = 0  # problems the working cache already held to the trial budget
-    failed: list[str] = field(default_factory=list)  # "kernel problem: why", for problems whose tuning raised
 
 
 @dataclass
@@ -98,34 +91,6 @@ def record_plan(model: torch.nn.Module, ids: dict[str, torch.Tensor], plan: Path
     with record_problems(plan) as recorder:
         run_once(model, model, ids)
     return len(recorder.problems)
-
-
-def tune_plan(plan: Path, cache_dir: Path | None, trials: int) -> TuneCounts:
-    """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
-    does here. A problem
-    whose tuning fails is counted and named; the others are still tuned."""
-    from tunekit.core.device import fingerprint
-    from tunekit.core.registry import get_spec
-    from tunekit.fleet.plans import read_plan
-    from tunekit.store.store import Store
-    from tunekit.tuning.bench import default_timer
-    from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
-
-    device, timer, options = fingerprint(), default_timer(), TuneOptions(trials=trials)
-    counts = TuneCounts()
-    with Store(cache_dir) as store:
-        for kernel, problem in read_plan(plan):
-            spec = get_spec(kernel)
-            try:
-                _, report = tune_and_store(spec, problem, device, options, store, timer=timer)
-            except TunekitError as exc:
-                counts.failed.append(f"{kernel} {spec.describe_problem(problem)}: {exc}")
-                continue
-            if report.skipped:
-                counts.skipped += 1
-            else:
-                counts.tuned += 1
-    return counts
 
 
 def run_workflow(

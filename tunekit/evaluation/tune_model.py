@@ -61,6 +61,7 @@ class Demotion:
     problem: str
     step: str
     gain: float  # how much faster the step ran with this problem served as before (0.05: 5%)
+    key: Problem  # (kernel, the op's problem key): what is demoted
 
 
 @dataclass
@@ -163,7 +164,7 @@ def _changed(before: Served, after: Served) -> list[Problem]:
 
 
 def _tune(plan: Path, trials: int, report: ModelTuneReport) -> None:
-    from tunekit.evaluation.model_workflow import tune_plan  # optuna: only when tuning
+    from tunekit.evaluation.plan_tuning import tune_plan  # optuna: only when tuning
 
     counts = tune_plan(plan, None, trials)
     report.tuned, report.failed = counts.tuned, list(counts.failed)
@@ -180,6 +181,87 @@ def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:
             if entry is not None:
                 store.put(demoted(entry, why[(kernel, key)]))
     reset_all()
+
+
+def _call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
+    """One run of `step` on `m`, its gradients dropped after (a training step's own zero_grad)."""
+
+    def call() -> Any:
+        out = step(m)
+        m.zero_grad(set_to_none=True)
+        return out
+
+    return call
+
+
+@dataclass
+class _Verification:
+    """The model's steps timed as served before tuning (`before`), after it, and eager."""
+
+    model: torch.nn.Module
+    eager: torch.nn.Module | None
+    steps: Mapping[str, Step]
+    before: Served
+    alternate: _Alternation
+    changed: list[Problem] = field(default_factory=list)
+    used: dict[str, list[Problem]] = field(default_factory=dict)  # per step: the problems it runs
+
+    def survey(self) -> None:
+        """Which problems each step runs, and which of them are served differently than before."""
+        reset_all()  # the new entries: resolved again on the next call
+        after: Served = {}
+        for name, step in self.steps.items():
+            with _fresh():
+                _call_of(self.model, step)()
+                served = served_configs()
+            for kernel, configs in served.items():
+                after.setdefault(kernel, {}).update(configs)
+            self.used[name] = [(kernel, key) for kernel, configs in served.items() for key in configs]
+        self.changed = _changed(self.before, after)
+
+    def suspects(self, name: str) -> list[Problem]:
+        return [p for p in self.changed if p in self.used[name]]
+
+    def time(self, name: str) -> dict[str, list[float]]:
+        step = self.steps[name]
+        pins = _pins(self.before, self.suspects(name))
+        calls: dict[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]] = {
+            "after": (_call_of(self.model, step), _fresh),
+            "before": (_call_of(self.model, step), lambda: serving(pins)),
+        }
+        if self.eager is not None:
+            calls["eager"] = (_call_of(self.eager, step), nullcontext)
+        return self.alternate.run(calls)
+
+    def culprits(self, tolerance: float) -> list[Demotion]:
+        """Per step slower than before: the changed problems that cause it (`_causes`)."""
+        found: list[Demotion] = []
+        for name, step in self.steps.items():
+            suspects = self.suspects(name)
+            if not suspects or _ratio(self.time(name), "before", "after") >= 1 - tolerance:
+                continue
+            call = _call_of(self.model, step)
+            for (kernel, key), gain in _causes(suspects, self.before, self.alternate, call, tolerance):
+                spec = get_spec(kernel)
+                found.append(Demotion(kernel, spec.describe_problem(spec.problem_dict(key)), name, gain, (kernel, key)))
+        return found
+
+    def speeds(self) -> list[StepSpeed]:
+        speeds = []
+        for name in self.steps:
+            times = self.time(name)
+            eager = self.eager is not None
+            speeds.append(
+                StepSpeed(
+                    name,
+                    statistics.median(times["eager"]) if eager else None,
+                    statistics.median(times["before"]),
+                    statistics.median(times["after"]),
+                    _ratio(times, "eager", "after") if eager else None,
+                    _ratio(times, "before", "after"),
+                )
+            )
+        return speeds
 
 
 def tune_model(
@@ -205,23 +287,12 @@ def tune_model(
     if eager is None and compare_eager:
         eager = copy.deepcopy(model)
     patch(model)
-    timer = timer or default_timer(model)
-    alternate = _Alternation(timer, rounds, reps)
-
-    def call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
-        def call() -> Any:
-            out = step(m)
-            m.zero_grad(set_to_none=True)
-            return out
-
-        return call
-
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tunekit-tune-model-") as tmp:
         plan_path = Path(plan) if plan is not None else Path(tmp) / "plan.jsonl"
         with record_problems(plan_path) as recorder:
             for step in steps.values():
-                call_of(model, step)()
+                _call_of(model, step)()
         before = served_configs()
         report.problems = len(recorder.problems)
         report.record_s = time.perf_counter() - clock
@@ -229,60 +300,20 @@ def tune_model(
         tune(plan_path, trials, report)
         report.tune_s = time.perf_counter() - clock
     clock = time.perf_counter()
-    reset_all()  # the new entries: resolved again on the next call
-    used: dict[str, list[Problem]] = {}
-    after: Served = {}
-    for name, step in steps.items():
-        with _fresh():
-            call_of(model, step)()
-            served = served_configs()
-        after.update({k: {**after.get(k, {}), **v} for k, v in served.items()})
-        used[name] = [(k, key) for k, configs in served.items() for key in configs]
-    changed = _changed(before, after)
-    report.changed = len(changed)
-
-    def servings(step: Step, pinned: list[Problem]) -> dict:
-        calls: dict[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]] = {
-            "after": (call_of(model, step), _fresh),
-            "before": (call_of(model, step), lambda: serving(_pins(before, pinned))),
-        }
-        if eager is not None:
-            calls["eager"] = (call_of(eager, step), nullcontext)
-        return calls
-
-    culprits: dict[Problem, str] = {}
-    for name, step in steps.items():
-        suspects = [p for p in changed if p in used[name]]
-        if not suspects:
-            continue
-        times = alternate.run(servings(step, suspects))
-        if _ratio(times, "before", "after") >= 1 - tolerance:
-            continue
-        for problem, gain in _causes(step, suspects, before, alternate, call_of(model, step), tolerance):
-            culprits.setdefault(problem, f"{name} ran {gain:.1%} faster with it served as before")
-            spec = get_spec(problem[0])
-            described = spec.describe_problem(spec.problem_dict(problem[1]))
-            report.demoted.append(Demotion(problem[0], described, name, gain))
+    alternate = _Alternation(timer or default_timer(model), rounds, reps)
+    verification = _Verification(model, eager, steps, before, alternate)
+    verification.survey()
+    report.changed = len(verification.changed)
+    report.demoted = verification.culprits(tolerance)
+    culprits = {d.key: f"{d.step} ran {d.gain:.1%} faster with it served as before" for d in report.demoted}
     if culprits:
         _demote(list(culprits), culprits)
-    for name, step in steps.items():
-        times = alternate.run(servings(step, [p for p in changed if p in used[name]]))
-        report.steps.append(
-            StepSpeed(
-                name,
-                statistics.median(times["eager"]) if eager is not None else None,
-                statistics.median(times["before"]),
-                statistics.median(times["after"]),
-                _ratio(times, "eager", "after") if eager is not None else None,
-                _ratio(times, "before", "after"),
-            )
-        )
+    report.steps = verification.speeds()
     report.verify_s = time.perf_counter() - clock
     return report
 
 
 def _causes(
-    step: Step,
     suspects: list[Problem],
     before: Served,
     alternate: _Alternation,

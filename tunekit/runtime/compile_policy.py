@@ -14,6 +14,8 @@ compiling again (torch._dynamo.reset()).
 
 from __future__ import annotations
 
+import torch
+
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 
@@ -45,3 +47,9 @@ SWAPPED: frozenset[str] = _from_settings()
 
 def swapped_under_compile(op_name: str) -> bool:
     return op_name in SWAPPED
+
+
+def traces_as_model_code(op_name: str) -> bool:
+    """Being compiled, and `op_name` not swapped: a patched module (or RoPE function) then runs the model's own code,
+    so the compiled graph is the one compile alone would build."""
+    return torch.compiler.is_compiling() and op_name not in SWAPPED

@@ -93,7 +93,7 @@ class HotPath:
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
         self.plans: dict[tuple[object, ...], object] = {}
         self.stats = Stats()
-        self.swapped_under_compile = compile_policy.swapped_under_compile(op.__name__)
+        self.name = op.__name__
         functools.update_wrapper(self, op)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -102,7 +102,7 @@ class HotPath:
             # wins under compile (compile_policy) and something of tunekit's can serve it (an eager call decided
             # only_torch; dynamo guards on the attribute, so a decision changed by reset_all recompiles). A
             # recording traces the op itself, so that its problems are recorded.
-            swapped = self.swapped_under_compile and not self.only_torch
+            swapped = compile_policy.swapped_under_compile(self.name) and not self.only_torch
             if swapped or recorder.ACTIVE or self.torch_equivalent is None:
                 return self.op(*args, **kwargs)
             return self.torch_equivalent(*args, **kwargs)

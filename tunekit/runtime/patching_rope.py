@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from tunekit import ops
+from tunekit.runtime.compile_policy import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
 _computes_rope: dict[Callable[..., Any], bool] = {}  # a function shared by every layer is probed once
@@ -37,7 +38,14 @@ def rope_forward(module: torch.nn.Module) -> tuple[Callable[..., Any], list[str]
     patched = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
     patched.__kwdefaults__ = forward.__kwdefaults__
     patched.__qualname__, patched.__doc__ = forward.__qualname__, forward.__doc__
-    return types.MethodType(patched, module), names
+
+    def rope_on_tunekit(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        # Compiled with RoPE not swapped: the class's own forward, so the graph is compile alone's (dynamo also
+        # cannot guard on globals of a function whose globals are not its module's).
+        own = forward if traces_as_model_code("rotary_embedding") else patched
+        return own(self, *args, **kwargs)
+
+    return types.MethodType(rope_on_tunekit, module), names
 
 
 def _is_rope(fn: object) -> bool:
