@@ -3,7 +3,7 @@ weights). Compile alone against tunekit.patch + compile under several compile po
 own; the rest trace as torch's ops, for Inductor), each policy timed in alternation with compile alone (interleaved
 rounds, median of per-round ratios), per step; decode also in mode="reduce-overhead". Compile time of each.
 
-    python tests/gpu/compile_transfer.py --family qwen2 [--policies none,all,linear,rms_norm] [--out DIR]
+    python tests/gpu/compile_transfer.py --family qwen2 [--policies control,none,all,linear,rms_norm] [--out DIR]
 
 Prints a table last; JSON under --out (default $OUT).
 """
@@ -91,9 +91,11 @@ def main() -> None:
             base.zero_grad(set_to_none=True)
 
         for policy in opts.policies.split(","):
-            names = frozenset(compile_policy.OPS) if policy == "all" else frozenset(policy.split("+")) - {"none"}
-            set_policy(names)
-            mine, mine_s = compiled_call(patched, mode, step)
+            # "control": a second compile of an unpatched copy, which measures the noise of the comparison.
+            names = frozenset(compile_policy.OPS) if policy == "all" else frozenset(policy.split("+"))
+            set_policy(names - {"none", "control"})
+            other = copy.deepcopy(base) if policy == "control" else patched
+            mine, mine_s = compiled_call(other, mode, step)
             calls = {"compile": (alone, nullcontext), "tunekit+compile": (mine, nullcontext)}
             calls["eager"] = (eager_call, nullcontext)
             times = _Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
@@ -106,7 +108,7 @@ def main() -> None:
             )  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
-            del mine
+            del mine, other
             torch.cuda.empty_cache()
         del alone
     set_policy(compile_policy.SWAPPED)
