@@ -323,6 +323,7 @@ flops = row_flops(8)
 SPEC = KernelSpec.of_module(
     __name__,
     name="cross_entropy",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="cross entropy loss and its gradient in one forward over 2-D logits (fp32 math; single, online)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "reduction"),

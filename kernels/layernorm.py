@@ -257,7 +257,9 @@ def norm_spec(module: str, **declared: Any) -> KernelSpec:
     the rest). Its problems are those its problem_from_shape parses from an MxN shape, and the spec's problem fields
     theirs: rows, cols, dtype, weight and, for LayerNorm, bias."""
     fields = tuple(vars(sys.modules[module])["problem_from_shape"]((1, 1), "float32"))
-    return KernelSpec.of_module(module, problem_fields=fields, shape_help="MxN, e.g. 4096x1024", **declared)
+    return KernelSpec.of_module(
+        module, problem_fields=fields, shape_help="MxN, e.g. 4096x1024", torch_fallback=True, **declared
+    )  # torch_fallback: every norm op runs torch's own where dispatch serves torch
 
 
 def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:

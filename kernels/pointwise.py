@@ -348,6 +348,7 @@ def flops(problem: Problem) -> int:
 SPEC = KernelSpec.of_module(
     __name__,
     name="pointwise",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Fused y = act(x * scale + bias) + residual in one pass (relu, gelu, gelu_tanh, silu, ...)",
     space=SPACE,
     problem_fields=("numel", "cols", "aligned16", "dtype", "activation", "has_bias", "has_residual"),

@@ -393,6 +393,7 @@ TOLERANCES = rounded_once(Tolerance(atol=1e-4, rtol=1e-4), float16_atol=1e-3, bf
 SPEC = KernelSpec.of_module(
     __name__,
     name="pointwise_backward",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Backward of act(x * scale + bias) + residual in one pass: d_input, d_bias (relu, gelu, silu, ...)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "activation", "bias"),

@@ -414,6 +414,7 @@ def flops(problem: Problem) -> int:
 SPEC = KernelSpec.of_module(
     __name__,
     name="reduction",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="sum / mean / max (+ indices) over the last dim or a leading/middle dim, fp32 accumulation",
     space=SPACE,
     problem_fields=("op", "axis", "batch", "rows", "cols", "dtype"),

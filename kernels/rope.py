@@ -288,6 +288,7 @@ TOLERANCES: dict[str, Tolerance] = rounded_once(Tolerance(atol=1e-5, rtol=1e-5),
 SPEC = KernelSpec.of_module(
     __name__,
     name="rope",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Rotary position embedding of q and k in one pass (transformers' apply_rotary_pos_emb)",
     space=SPACE,
     problem_fields=("rows", "q_heads", "k_heads", "head_dim", "dtype", "heads_inner"),

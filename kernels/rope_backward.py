@@ -89,6 +89,7 @@ def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
 SPEC = KernelSpec.of_module(
     __name__,
     name="rope_backward",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Backward of the rotary position embedding: d q and d k in one pass",
     space=SPACE,
     problem_fields=("rows", "q_heads", "k_heads", "head_dim", "dtype", "heads_inner"),

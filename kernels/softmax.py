@@ -297,6 +297,7 @@ flops = row_flops(5)
 SPEC = KernelSpec.of_module(
     __name__,
     name="softmax",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="softmax / log_softmax over the last dim of a 2-D tensor (fp32 math; single, online, looped)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "log"),

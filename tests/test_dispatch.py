@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_store import make_entry
 
@@ -101,3 +103,39 @@ def test_tune_on_miss_tunes_once_and_caches(toy, monkeypatch):
         assert len(store) == 1 and next(iter(store.entries())).config == config
     d.clear()
     assert d.config(KEY) == config and d.counters == {"cache": 1}
+
+
+def test_resolution_does_not_depend_on_what_was_imported(tmp_path):
+    """From a fresh interpreter: the same problems resolve to the same layer before and after `import tunekit.ops`
+    (whether torch serves an untuned problem, or a shipped entry that torch beat, is the kernel's declaration, not
+    a registry the op modules fill when imported). `tunekit show` never imports the ops."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+sys.path.insert(0, 'tests')
+from fingerprints import H200
+from tunekit.core.registry import get_spec
+from tunekit.runtime.dispatch import resolve
+from tunekit.store.database import shipped_entries
+
+def layers():
+    spec = get_spec('layernorm')
+    untuned = spec.problem_from_shape((3001, 4099), 'bfloat16')
+    out = [resolve(spec, untuned, H200, None).layer]
+    for entry in list(shipped_entries().values())[:60]:
+        kernel = get_spec(entry.key.kernel)
+        out.append(resolve(kernel, dict(entry.key.problem), H200, None).layer)
+    return out
+
+before = layers()
+import tunekit.ops  # noqa
+print(json.dumps([before, layers()]))
+"""
+    env = {**os.environ, "TUNEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    before, after = json.loads(out.strip().splitlines()[-1])
+    assert before == after
+    assert before[0] == "torch"  # an untuned problem on a GPU: torch's own op

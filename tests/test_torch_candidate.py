@@ -75,7 +75,6 @@ def _resolved_with(entry, device) -> dispatch.Resolution:
 def test_dispatch_serves_torch_where_the_tuner_measured_it_at_least_as_fast(
     isolated_cache, monkeypatch, torch_ms, device, served
 ) -> None:
-    monkeypatch.setattr(dispatch, "TORCH_FALLBACK", {"gemm"})
     entry = tuned_entry(TimesTorch({}, torch_ms=torch_ms))
     entry = dataclasses.replace(entry, key=dataclasses.replace(entry.key, device_key=device.key))
     resolution = _resolved_with(entry, device)
@@ -124,7 +123,6 @@ def test_tune_prints_torchs_time_and_who_serves() -> None:
 def test_a_launch_bound_entry_needs_torchs_time_to_serve_triton(
     isolated_cache, monkeypatch, time_ms, torch_ms, served
 ) -> None:
-    monkeypatch.setattr(dispatch, "TORCH_FALLBACK", {"gemm"})
     entry = tuned_entry(TimesTorch({}, torch_ms=torch_ms) if torch_ms else PlantedBench())
     provenance = {k: v for k, v in entry.provenance.items() if torch_ms or k != "torch_ms"}
     entry = dataclasses.replace(

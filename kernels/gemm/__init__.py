@@ -48,6 +48,7 @@ from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
 SPEC = KernelSpec.of_module(
     __name__,
     name="gemm",
+    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="C = act(alpha * A @ B + bias) + beta * residual; fp32 accumulation (tf32 for fp32 inputs), "
     "A and B row- or column-major",
     space=SPACE,

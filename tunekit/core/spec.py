@@ -100,6 +100,10 @@ class KernelSpec:
     # Parameters the space's rules pin once another parameter changes (GEMM: SPLIT_K with the variant, GROUP_M
     # with BLOCK_M): the tuner's pattern search counts a move changing one of these alongside another as one step.
     dependent_params: frozenset[str] = frozenset()
+    # The kernel's op runs torch's own implementation where dispatch serves TORCH (an untuned problem on a GPU, an
+    # entry torch beat, a demoted entry). Declared here, not registered by the op when imported: a problem resolves
+    # to the same layer in every process, whatever it imported (`tunekit show` imports no op).
+    torch_fallback: bool = False
 
     @classmethod
     def of_module(cls, module: str, **declared: Any) -> KernelSpec:

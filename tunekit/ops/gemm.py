@@ -37,7 +37,7 @@ from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["linear", "matmul"]
 
-_GEMM = dispatcher("gemm", torch_fallback=True)
+_GEMM = dispatcher("gemm")
 
 
 def _check_activation(activation: str | None) -> str:

@@ -36,7 +36,7 @@ from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
 from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
-_CE = dispatcher("cross_entropy", torch_fallback=True)
+_CE = dispatcher("cross_entropy")
 _DEVICE_TYPE = backend.torch_device().type
 _INDEX_LIMIT = 2**31 - 1  # the kernels index columns and targets with int32
 

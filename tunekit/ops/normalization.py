@@ -30,10 +30,10 @@ from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
 from tunekit.runtime.dispatch import Dispatcher, dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
-_LAYERNORM = dispatcher("layernorm", torch_fallback=True)
-_LAYERNORM_BACKWARD = dispatcher("layernorm_backward", torch_fallback=True)
-_RMSNORM = dispatcher("rmsnorm", torch_fallback=True)
-_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward", torch_fallback=True)
+_LAYERNORM = dispatcher("layernorm")
+_LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
+_RMSNORM = dispatcher("rmsnorm")
+_RMSNORM_BACKWARD = dispatcher("rmsnorm_backward")
 
 
 # ---------------------------------------------------------------------------------------------- validation

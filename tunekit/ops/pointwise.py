@@ -33,8 +33,8 @@ from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
-_POINTWISE = dispatcher("pointwise", torch_fallback=True)
-_POINTWISE_BACKWARD = dispatcher("pointwise_backward", torch_fallback=True)
+_POINTWISE = dispatcher("pointwise")
+_POINTWISE_BACKWARD = dispatcher("pointwise_backward")
 _ONLY_TORCH = partial(torch_serves_all, _POINTWISE, _POINTWISE_BACKWARD)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 

@@ -41,8 +41,8 @@ from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
-_REDUCTION = dispatcher("reduction", torch_fallback=True)
-_SOFTMAX = dispatcher("softmax", torch_fallback=True)
+_REDUCTION = dispatcher("reduction")
+_SOFTMAX = dispatcher("softmax")
 _REDUCTION_ONLY_TORCH = partial(torch_serves_all, _REDUCTION)
 _SOFTMAX_ONLY_TORCH = partial(torch_serves_all, _SOFTMAX)
 _INDEX_LIMIT = 2**31 - 1  # the kernels index with int32

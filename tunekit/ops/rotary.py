@@ -38,8 +38,8 @@ from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
 from tunekit.runtime.dispatch import dispatcher, torch_serves_all
 from tunekit.runtime.hotpath import hot_path
 
-_ROPE = dispatcher("rope", torch_fallback=True)
-_ROPE_BACKWARD = dispatcher("rope_backward", torch_fallback=True)
+_ROPE = dispatcher("rope")
+_ROPE_BACKWARD = dispatcher("rope_backward")
 _DEVICE_TYPE = backend.torch_device().type
 
 Views = tuple[Tensor, Tensor, Tensor, Tensor]

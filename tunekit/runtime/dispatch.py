@@ -44,7 +44,6 @@ LAYERS = (
     "tuned",
 )  # fmt: skip
 TORCH: Config = TORCH_CANDIDATE  # served config meaning "run torch's own op" (one object: ops test `is TORCH`)
-TORCH_FALLBACK: set[str] = set()  # kernels whose ops run torch's own implementation when served TORCH
 UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
 
 
@@ -82,7 +81,7 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
         return _tuned(spec, "shipped", entry, device)
-    if spec.name in TORCH_FALLBACK and not device.is_interpreter and settings.untuned() == "torch":
+    if spec.torch_fallback and not device.is_interpreter and settings.untuned() == "torch":
         return Resolution("torch", TORCH)
     local = list(store.entries()) if store is not None else []
     entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
@@ -103,9 +102,9 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
     step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
     every device, the interpreter included, so the demotion path runs in the CPU tests."""
-    if spec.name in TORCH_FALLBACK and DEMOTED in entry.provenance:
+    if spec.torch_fallback and DEMOTED in entry.provenance:
         return Resolution("demoted", TORCH, entry)
-    if spec.name not in TORCH_FALLBACK or device.is_interpreter:
+    if not spec.torch_fallback or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
     if torch_ms is not None and torch_ms <= entry.time_ms:
@@ -198,10 +197,8 @@ class Dispatcher:
 _DISPATCHERS: dict[str, Dispatcher] = {}
 
 
-def dispatcher(kernel: str, torch_fallback: bool = False) -> Dispatcher:
-    """The kernel's dispatcher. An op passing torch_fallback=True runs torch's own op when served TORCH."""
-    if torch_fallback:
-        TORCH_FALLBACK.add(kernel)
+def dispatcher(kernel: str) -> Dispatcher:
+    """The kernel's dispatcher (one per kernel and process)."""
     d = _DISPATCHERS.get(kernel)
     if d is None:
         d = _DISPATCHERS[kernel] = Dispatcher(kernel)
@@ -217,7 +214,7 @@ def torch_serves_all(*dispatchers: Dispatcher) -> bool:
     if device.is_interpreter or settings.untuned() != "torch" or settings.tune_on_miss() or settings.strict():
         return False
     kernels = {d.kernel for d in dispatchers}
-    if not kernels <= TORCH_FALLBACK:
+    if not all(d.spec.torch_fallback for d in dispatchers):
         return False
     if any(k.kernel in kernels and k.device_key == device.key for k in shipped_entries()):
         return False
