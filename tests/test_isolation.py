@@ -292,3 +292,24 @@ def test_a_prespawned_worker_never_adopted_is_stopped_by_close():
     assert _alive(pid)
     spawned.close()
     assert not _alive(pid) and spawned.proc.returncode is not None
+
+
+def test_a_plan_in_one_process_shares_one_isolation_worker(toy):
+    """`tune --plan` in one process measures every problem in one isolation worker, switched from problem to
+    problem (as a fleet worker does), not one started per problem; a problem already tuned starts nothing."""
+    from tunekit.store.store import Store
+    from tunekit.tuning.orchestrate import tune_and_store
+    from tunekit.tuning.shared_bench import SharedBench
+
+    options = TuneOptions(trials=3, isolate=True)
+    problems = [dict(PROBLEM, cols=c) for c in (64, 100, 64)]
+    benches = SharedBench(PlantedTimer(), isolate=True)
+    with Store() as store:
+        reports = []
+        for p in problems:
+            bench = benches.on_first_use(toy, p, options.seed)
+            reports.append(tune_and_store(toy, p, fingerprint(), options, store, timer=PlantedTimer(), bench=bench)[1])
+    benches.close()
+    assert [r.skipped for r in reports] == [False, False, True]
+    assert all(len(r.entry.trials) == 3 for r in reports)
+    assert benches.started == 1 and benches.restarts == 0

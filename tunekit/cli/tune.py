@@ -152,6 +152,7 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
     from tunekit.tuning.orchestrate import tune_and_store
+    from tunekit.tuning.shared_bench import SharedBench
 
     device = fingerprint()
     timer = default_timer()
@@ -164,12 +165,17 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
         say(f"tuning {kernels} on {device.label} ({timer.label}): {what}")
         if device.is_interpreter:
             console.print(INTERPRETER_NOTE, markup=False, highlight=False)  # wrapped between words
-    with Store() as store:
+    # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
+    benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
+    with Store() as store, contextlib.closing(benches):
         for spec, problem in work_list:
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
+            bench = benches.on_first_use(spec, problem, options.seed)
             with _progress(spec, problem, options.trials, stored, terminal) as advance:
-                entry, report = tune_and_store(spec, problem, device, options, store, timer=timer, on_trial=advance)
+                entry, report = tune_and_store(
+                    spec, problem, device, options, store, timer=timer, on_trial=advance, bench=bench
+                )
             heuristic = dict(spec.heuristic(problem, device))
             h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
             result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)

@@ -18,27 +18,33 @@ class TuneCounts:
 
 def tune_plan(plan: Path, cache_dir: Path | None, trials: int) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
-    does here. A problem
-    whose tuning fails is counted and named; the others are still tuned."""
+    does here: one bench (one isolation worker on a GPU) for the whole plan. A problem whose tuning fails is counted
+    and named; the others are still tuned."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
     from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+    from tunekit.tuning.shared_bench import SharedBench
 
     device, timer, options = fingerprint(), default_timer(), TuneOptions(trials=trials)
     counts = TuneCounts()
-    with Store(cache_dir) as store:
-        for kernel, problem in read_plan(plan):
-            spec = get_spec(kernel)
-            try:
-                _, report = tune_and_store(spec, problem, device, options, store, timer=timer)
-            except TunekitError as exc:
-                counts.failed.append(f"{kernel} {spec.describe_problem(problem)}: {exc}")
-                continue
-            if report.skipped:
-                counts.skipped += 1
-            else:
-                counts.tuned += 1
+    benches = SharedBench(timer)
+    try:
+        with Store(cache_dir) as store:
+            for kernel, problem in read_plan(plan):
+                spec = get_spec(kernel)
+                bench = benches.on_first_use(spec, problem, options.seed)
+                try:
+                    _, report = tune_and_store(spec, problem, device, options, store, timer=timer, bench=bench)
+                except TunekitError as exc:
+                    counts.failed.append(f"{kernel} {spec.describe_problem(problem)}: {exc}")
+                    continue
+                if report.skipped:
+                    counts.skipped += 1
+                else:
+                    counts.tuned += 1
+    finally:
+        benches.close()
     return counts

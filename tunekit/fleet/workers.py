@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.core.errors import TunekitError
-from tunekit.core.space import Config, Value
-from tunekit.core.spec import KernelSpec
+from tunekit.core.space import Config
 from tunekit.fleet.plans import check_problem
 from tunekit.fleet.queue import IDLE_POLL_S, Claim, Job, JobQueue
 from tunekit.store.entry import Entry
+from tunekit.tuning.shared_bench import SharedBench
 from tunekit.tuning.storage import Lease
 
 if TYPE_CHECKING:
     from tunekit.store.entry import TrialRecord
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.isolation import IsolatedBench, Spawned
     from tunekit.tuning.tuner import Bench, TuneReport
 
 logger = logging.getLogger("tunekit")
@@ -78,71 +77,6 @@ class WorkerReport:
         return totals | {"jobs": len(self.jobs), "bench_started": self.bench_started}
 
 
-class WorkerBench:
-    """Where a worker's jobs are measured, for the worker's lifetime.
-
-    Isolated (on a GPU, as tune() decides, or forced with `isolate=True`): one isolation worker process serves every
-    job, switched to each job's problem, so torch, Triton, the CUDA context and Triton's compiled kernels cost once
-    per worker rather than once per job. Otherwise candidates run in this process, as tune() would run them.
-    """
-
-    def __init__(self, timer: Timer | None = None, isolate: bool | None = None) -> None:
-        from tunekit.tuning.bench import default_timer
-        from tunekit.tuning.tuner import TuneOptions, _isolation
-
-        self.timer = timer or default_timer()
-        options = TuneOptions(isolate=isolate)
-        self.candidate_timeout_s = options.candidate_timeout_s
-        self._described = _isolation(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
-        self.isolated: IsolatedBench | None = None
-        self._spawned: Spawned | None = None
-        if self._described is not None:
-            from tunekit.tuning.isolation import prespawn
-
-            # Started now, the isolation worker's interpreter, imports and CUDA context (seconds) overlap the
-            # queue, the cache and the first claim instead of following them.
-            self._spawned = prespawn()
-
-    def open(self, spec: KernelSpec, problem: dict[str, Value], seed: int) -> Bench:
-        """The bench for one job, ready to measure (a load failure raises TunekitError: the job's failure)."""
-        from tunekit.tuning.tuner import InProcessBench
-
-        if self._described is None:
-            return InProcessBench(spec, problem, seed, self.timer)
-        if self.isolated is None:
-            from tunekit.tuning.isolation import IsolatedBench
-
-            self.isolated = IsolatedBench(
-                spec,
-                problem,
-                seed,
-                self._described,
-                self.candidate_timeout_s,
-                label=self.timer.label,
-                spawned=self._spawned,
-            )
-            self._spawned = None
-        else:
-            self.isolated.retarget(spec, problem, seed, timer=self._described, label=self.timer.label)
-        self.isolated.start()
-        return self.isolated
-
-    @property
-    def started(self) -> int:
-        return self.isolated.started if self.isolated is not None else int(self._spawned is not None)
-
-    @property
-    def restarts(self) -> int:
-        return self.isolated.restarts if self.isolated is not None else 0
-
-    def close(self) -> None:
-        if self._spawned is not None:  # no job came
-            self._spawned.close()
-            self._spawned = None
-        if self.isolated is not None:
-            self.isolated.close()
-
-
 class _TimedBench:
     """A bench that adds up the seconds spent in it: a job's `measure` phase."""
 
@@ -170,7 +104,7 @@ def run_job(
     job: Job,
     store: Store,
     tuning_storage: str | None,
-    bench: WorkerBench | None = None,
+    bench: SharedBench | None = None,
     times: JobTimes | None = None,
 ) -> tuple[Entry, TuneReport]:
     """Tune one job on this process's device; the result is merged into `store` (the device-keyed cache).
@@ -183,7 +117,7 @@ def run_job(
     from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
 
     times = times if times is not None else JobTimes()
-    benches = bench if bench is not None else WorkerBench()
+    benches = bench if bench is not None else SharedBench()
     try:
         spec = get_spec(job.kernel)
         problem = check_problem(spec, job.problem)
@@ -251,7 +185,7 @@ def work(
 
     With leases, an idle worker keeps polling while other workers' jobs run: a job whose worker dies comes back.
     Candidates run as tune() would run them (isolated on a GPU; `isolate` as TuneOptions.isolate), but one
-    isolation worker process serves all the jobs (WorkerBench). `timer` defaults to the device's.
+    isolation worker process serves all the jobs (SharedBench). `timer` defaults to the device's.
     The report (and the last line said) holds each phase's seconds.
     """
     from tunekit.core.device import fingerprint
@@ -264,7 +198,7 @@ def work(
     me = f"{socket.gethostname()}:{os.getpid()} {device.label} ({device.key[:8]})"
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
     say(f"worker {me}: queue {queue!r} at {url}" + (f", CUDA_VISIBLE_DEVICES={gpu}" if gpu is not None else ""))
-    bench = WorkerBench(timer, isolate)
+    bench = SharedBench(timer, isolate)
     try:
         with Store() as store:
             report.open_s = time.perf_counter() - began
@@ -294,7 +228,7 @@ def _run_claimed(
     q: JobQueue,
     claim: Claim,
     store: Store,
-    bench: WorkerBench,
+    bench: SharedBench,
     times: JobTimes,
     report: WorkerReport,
     say: Callable[[str], None],
