@@ -34,6 +34,8 @@ def show(
     from tunekit.runtime.dispatch import resolve
     from tunekit.store.store import Store
 
+    if dtype is not None and not shape:
+        raise TunekitError("--dtype goes with --kernel and --shape (it names the problem whose serving layer is shown)")
     if kernels:
         described = {name: get_spec(name).description for name in kernel_names()}
         if json_out:

@@ -14,10 +14,10 @@ from tunekit.cli.problems import kernel_problems
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import markup, plain
-from tunekit.core.space import Config, Problem
-from tunekit.core.spec import KernelSpec
 
 if TYPE_CHECKING:
+    from tunekit.core.space import Config, Problem
+    from tunekit.core.spec import KernelSpec
     from tunekit.fleet.queue import JobStatus
     from tunekit.tuning.tuner import TuneOptions
 
@@ -109,6 +109,8 @@ def worker(
     from tunekit.fleet.workers import stop_as_interrupted, work
     from tunekit.tuning.storage import Lease
 
+    if max_jobs is not None and max_jobs < 1:
+        raise TunekitError(f"--max-jobs must be >= 1, but got {max_jobs}")
     terms = Lease(heartbeat, lease, max_retries)
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
     try:

@@ -14,10 +14,10 @@ from tunekit.cli.fleet import tune_through_queue
 from tunekit.cli.problems import kernel_problems
 from tunekit.cli.views import INTERPRETER_NOTE, TuneResult, printable, problem_text
 from tunekit.core.errors import TunekitError
-from tunekit.core.space import Problem
-from tunekit.core.spec import KernelSpec
 
 if TYPE_CHECKING:
+    from tunekit.core.space import Problem
+    from tunekit.core.spec import KernelSpec
     from tunekit.tuning.tuner import TuneOptions
 
 # tune's queue and isolation options, named here so that its signature stays a readable list.

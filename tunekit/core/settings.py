@@ -1,17 +1,7 @@
 """Every environment variable tunekit reads, in one place, validated on read.
 
-| variable                | meaning                                                        | default                 |
-| ----------------------- | -------------------------------------------------------------- | ----------------------- |
-| TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
-| TUNEKIT_CACHE_MAX_MB    | cap on the store's size, MB (10**6 bytes): the least recently  | unset (unbounded)       |
-|                         | stored entries are evicted past it, with a warning             |                         |
-| TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
-| TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
-| TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
-| TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
-| TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
-| TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
-| TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
+ENVIRONMENT lists them (name, meaning, default): README's "Environment variables" section and `tunekit --help`
+print that table; tests/test_cli_width.py checks that README lists every name.
 """
 
 from __future__ import annotations
@@ -20,6 +10,30 @@ import os
 from pathlib import Path
 
 from tunekit.core.errors import TunekitError
+
+# (name, meaning, default): the one table of the variables below.
+ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
+    ("TUNEKIT_CACHE_DIR", "directory of the working cache store", "$XDG_CACHE_HOME/tunekit"),
+    (
+        "TUNEKIT_CACHE_MAX_MB",
+        "cap on the store's size in MB (10**6 bytes); past it the least recently stored entries are evicted, "
+        "with a warning",
+        "unset (unbounded)",
+    ),
+    ("TUNEKIT_STRICT", "1: dispatch raises on a miss instead of using a fallback", "0"),
+    ("TUNEKIT_TUNE_ON_MISS", "1: dispatch tunes a problem it has no entry for, then caches it", "0"),
+    ("TUNEKIT_TUNE_ON_MISS_TRIALS", "trial budget for tune-on-miss", "20"),
+    ("TUNEKIT_UNTUNED", "no entry, on a GPU: torch (its own op) or triton (nearest, heuristic)", "torch"),
+    (
+        "TUNEKIT_OTHER_TRITON",
+        "entries recorded under another Triton version: check (serve each after a one-time check here) or "
+        "never (torch serves instead)",
+        "check",
+    ),
+    ("TUNEKIT_DEBUG", "1: the CLI prints tracebacks", "0"),
+    ("TUNEKIT_EXTRA_KERNELS", "more kernels, name=module[,name=module] (each module has a SPEC)", "unset"),
+    ("TRITON_INTERPRET", "Triton's own; tunekit sets it to 1 when no CUDA GPU is present", "unset"),
+)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -106,3 +120,23 @@ def extra_kernels() -> dict[str, str]:
 
 def interpret_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+
+
+def other_triton() -> str:
+    """What serves an entry recorded under another Triton version (tunekit/runtime/version_policy.py)."""
+    raw = os.environ.get("TUNEKIT_OTHER_TRITON", "check").strip().lower() or "check"
+    if raw not in ("check", "never"):
+        raise TunekitError(f"TUNEKIT_OTHER_TRITON must be 'check' or 'never', but got {raw!r}")
+    return raw
+
+
+def environment_text(width: int = 80) -> list[str]:
+    """ENVIRONMENT as lines at most `width` wide: each name, then its meaning and default indented, wrapped."""
+    import textwrap
+
+    lines: list[str] = []
+    for name, meaning, default in ENVIRONMENT:
+        lines.append(name)
+        text = f"{meaning} (default: {default})"
+        lines += textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="    ")
+    return lines
