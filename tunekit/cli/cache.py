@@ -31,7 +31,9 @@ def show(
     from tunekit.cli.views import device_json, problem_text
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec, kernel_names
+    from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve
+    from tunekit.store.database import shipped_entries
     from tunekit.store.store import Store
 
     if dtype is not None and not shape:
@@ -52,11 +54,22 @@ def show(
             spec = get_spec(kernel)
             served = []
             for problem in kernel_problems(kernel, shape, dtype):
-                res = resolve(spec, problem, device, store)
-                served.append({"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)})
+                with version_policy.no_checks():  # show runs nothing: an unchecked entry is named below
+                    res = resolve(spec, problem, device, store)
+                unchecked = version_policy.candidate(spec, problem, device, shipped_entries())
+                if res.layer != "shipped" and unchecked is not None:
+                    res_note = version_policy.describe(unchecked, device)
+                else:
+                    res_note = ""
+                served.append(
+                    {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
+                    | ({"other_triton": res_note} if res_note else {})
+                )
                 if not json_out:
                     say(f"{kernel} {problem_text(spec, problem)}")
                     say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+                    if res_note:
+                        say(f"  ({res_note})")
             if json_out:
                 print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
             return

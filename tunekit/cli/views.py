@@ -146,8 +146,9 @@ class ShownEntry:
         return not self.why_not
 
     def _stale(self) -> str:
-        """Said of an entry that no longer serves (its kernel or Triton changed since); not of other devices'."""
-        return f" ({printable(self.why_not)})" if self.why_not.startswith("stale") else ""
+        """Said of an entry that does not serve as it is (its kernel changed since, or it was recorded under another
+        Triton: tunekit.runtime.version_policy); not of other devices'."""
+        return f" ({printable(self.why_not)})" if self.why_not and self.why_not != "another device" else ""
 
     def block(self) -> list[str]:
         e = self.entry
@@ -204,6 +205,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
     from tunekit.core.errors import UnknownKernelError
     from tunekit.core.registry import get_spec
+    from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve, why_not_served
     from tunekit.store.database import shipped_entries
 
@@ -229,6 +231,10 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             problem = dict(e.key.problem)
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
-                layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
-            listed.append(ShownEntry(source, spec, e, why_not_served(e, device), layer))
+                with version_policy.no_checks():  # show reports what was checked; it runs nothing
+                    layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
+            why_not = why_not_served(e, device)
+            if source == "shipped" and why_not.startswith("stale: measured") and e.key.source_hash == spec.source_hash:
+                why_not = version_policy.describe(e, device)
+            listed.append(ShownEntry(source, spec, e, why_not, layer))
     return Listing(listed, unknown)
