@@ -130,8 +130,13 @@ def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 
 def say(text: str) -> None:
-    """One line of output, never cut: rich markup off (stored text is printed as it is) and no hard wrapping."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """One line of output, never cut; rich markup off (stored text is printed as it is). On a terminal it wraps
+    between words at the terminal's width (a record between its `name=value` pairs); in a log or a pipe it stays one
+    line, whole, for grep."""
+    from tunekit.cli.width import wrap
+
+    for line in wrap(text) if console.is_terminal else [text]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 KernelOpt = Annotated[

@@ -183,8 +183,12 @@ def explain(
             "table's name such as h200-sm90-132sm/gemm.",
         ),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """The quantization model per candidate family: tiles, padded waste, occupancy, waves; what it prunes and why."""
+    import json
+
+    from tunekit.cli.width import columns
     from tunekit.core.device import fingerprint
     from tunekit.core.device_limits import device_limits
     from tunekit.core.registry import get_spec
@@ -209,7 +213,11 @@ def explain(
                 f"(a timing-table file, or a shipped table: {names})"
             )
         limits = found
-    print(explain_text(spec, problem, device, limits))
+    text = explain_text(spec, problem, device, limits, width=columns())
+    if json_out:
+        print(json.dumps({"kernel": kernel, "problem": dict(problem), "device": device.label, "text": text}, indent=1))
+        return
+    print(text)
 
 
 def efficiency(

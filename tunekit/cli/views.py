@@ -28,6 +28,13 @@ INTERPRETER_NOTE = (
 )
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 entry`, `2 entries`, `1 problem`, `0 problems`."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
+
+
 def problem_text(spec: KernelSpec, problem: Problem) -> str:
     fields = [f for f in spec.problem_fields if f in problem] + sorted(set(problem) - set(spec.problem_fields))
     return " ".join(f"{f}={printable(problem[f])}" for f in fields)
@@ -60,7 +67,8 @@ class TuneResult:
             return f"already tuned: {stored} trials stored, nothing measured (--force or a larger --trials adds more)"
         if r.shared_from is not None:
             return f"shares the entry of {r.shared_from} (same quantization), nothing measured"
-        return f"{r.benchmarked} measured, {r.reused} reused, {stored} stored ({r.stop_reason})"
+        repeats = f" (and {r.reused} repeat suggestions answered from them)" if r.reused else ""
+        return f"{r.benchmarked} measured{repeats}, {stored} stored ({r.stop_reason})"
 
     def timing(self) -> str:
         """Tuned time against the heuristic's and torch's; nothing in the interpreter, whose timings mean nothing."""
