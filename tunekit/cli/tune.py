@@ -174,6 +174,7 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
                     "Run the same command again to continue.",
                     markup=False,
                     highlight=False,
+                    soft_wrap=True,
                 )
                 raise typer.Exit(130) from None
             heuristic = dict(spec.heuristic(problem, device))

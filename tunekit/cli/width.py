@@ -46,12 +46,13 @@ def rows(title: str | None, headers: Sequence[str], cells: Sequence[Sequence[str
     (cells are plain text: escaped here for the table)."""
     from tunekit.cli.app import console, say
 
-    table = Table(title=markup(title) if title else None)
-    for header in headers:
-        table.add_column(header, no_wrap=True, overflow="ignore")
-    for row in cells:
-        table.add_row(*(markup(cell) for cell in row))
-    if console.measure(table).maximum <= columns():
+    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
+    if sum(widths) + 3 * len(widths) + 1 <= columns():  # each cell padded by one space each side, one border each
+        table = Table(title=markup(title) if title else None)
+        for header in headers:
+            table.add_column(header, no_wrap=True)
+        for row in cells:
+            table.add_row(*(markup(cell) for cell in row))
         console.print(table)
         return
     if title:
