@@ -67,7 +67,7 @@ BY_NAME: dict[tuple[str, str], list[str]] = {
     ("worker", "lease"): NEGATIVE_COUNTS,
     ("worker", "max_retries"): ["-1"],
     ("worker", "max_jobs"): NEGATIVE_COUNTS,
-    ("status", "storage"): ["nope://x", "{tmp}/missing/queue.journal"],
+    ("status", "storage"): ["nope://x"],  # a missing file is "nothing queued yet": status creates nothing
     ("requeue", "storage"): ["nope://x"],
     ("plan", "file"): ["{tmp}/missing/plan.jsonl"],
     ("plan", "kernel"): ["nope"],

@@ -99,3 +99,28 @@ def test_status_reads_the_default_storage_and_creates_nothing(isolated_cache):
     assert not isolated_cache.exists()
     document = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
     assert document["queues"] == {} and document["storage"].endswith("fleet.db")
+
+
+def test_json_on_status_plan_explain_export_import(toy, tmp_path):
+    def document(*args: str) -> dict:
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    journal = str(tmp_path / "q.journal")
+    assert runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--submit", "--storage", journal]).exit_code == 0
+    status = document("status", "--storage", journal, "--jobs", "--json")
+    assert status["queues"]["default"]["counts"]["queued"] == 1 and len(status["queues"]["default"]["jobs"]) == 1
+    plan = tmp_path / "plan.jsonl"
+    assert document("plan", str(plan), "-k", "toy", "-s", "8x32", "--json")["written"] == 1
+    assert document("plan", str(plan), "--json")["problems"] == [
+        {"kernel": "toy", "problem": {"rows": 8, "cols": 32, "dtype": "float32"}}
+    ]
+    explained = document("explain", "-k", "gemm", "-s", "64x64x64", "--table", "h200-sm90-132sm/gemm", "--json")
+    assert explained["problem"]["m"] == 64 and "Candidate families" in explained["text"]
+    assert runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--trials", "2"]).exit_code == 0
+    db = tmp_path / "db.json"
+    assert document("export", "--out", str(db), "--json")["exported"] == 1
+    assert document("import", str(db), "--json") | {"file": None, "cache": None} == {
+        "file": None, "cache": None, "read": 1, "added": 0, "improved": 0, "kept": 1
+    }  # fmt: skip

@@ -101,6 +101,7 @@ def interpreter_note() -> None:
             "note: no CUDA GPU: kernels run in Triton's interpreter on the CPU (CPU speed, wall-clock timings)",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
 

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tunekit.cli.app import FleetStorageOpt, JsonOpt, QueueOpt, ShapeOpt, console, err_console, say
+from tunekit.cli.app import (
+    FleetStorageOpt,
+    JsonOpt,
+    QueueOpt,
+    ShapeOpt,
+    console,
+    err_console,
+    interpreter_note,
+    say,
+)
 from tunekit.cli.problems import kernel_problems
 from tunekit.cli.views import counted
 from tunekit.cli.width import rows
@@ -125,6 +134,10 @@ def worker(
     if max_jobs is not None and max_jobs < 1:
         raise TunekitError(f"--max-jobs must be >= 1, but got {max_jobs}")
     terms = Lease(heartbeat, lease, max_retries)
+    from tunekit.fleet.queue import queue_names
+
+    queue_names(storage)  # a storage that cannot be opened fails here, before the note
+    interpreter_note()
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
     try:
         work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(plain(line), flush=True))
