@@ -92,8 +92,6 @@ def _storage_file(url: str) -> Path | None:
 
 
 def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: list[JobStatus], title: str) -> None:
-    from tunekit.cli.views import config_text, problem_text
-
     specs = {spec.name: spec for spec, _ in work_list}
     cells = []
     for s in statuses:
@@ -101,10 +99,10 @@ def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: li
         cells.append(
             [
                 plain(s.job.kernel),
-                problem_text(spec, s.job.problem),
+                plain(spec.describe_problem(s.job.problem)),  # name=value joined by ",": a cell holds no space
                 plain(f"{s.state}: {s.error}" if s.error else s.state),
                 f"{s.entry.time_ms:.4f}" if s.entry else "-",
-                config_text(spec, s.entry.config) if s.entry else "-",
+                plain(",".join(f"{k}={v}" for k, v in s.entry.config.items())) if s.entry else "-",
                 plain(s.worker),
             ]
         )
@@ -206,7 +204,7 @@ def status(
                 plain(name),
                 s.job.id[:12],
                 plain(s.job.kernel),
-                plain(" ".join(f"{k}={v}" for k, v in s.job.problem.items())),
+                plain(",".join(f"{k}={v}" for k, v in s.job.problem.items())),  # a cell holds no space
                 s.state + (" (worker gone)" if s.owner_gone else ""),
                 str(s.attempts),
                 f"{s.entry.time_ms:.4f}" if s.entry else "-",

@@ -42,8 +42,9 @@ def wrap(text: str, width: int | None = None) -> list[str]:
 
 
 def rows(title: str | None, headers: Sequence[str], cells: Sequence[Sequence[str]]) -> None:
-    """A table where it fits the width; otherwise one record per row, `header=value` pairs wrapped between pairs
-    (cells are plain text: escaped here for the table)."""
+    """A table where it fits the width; otherwise one record per row, `header=value` pairs wrapped between pairs,
+    empty cells left out (cells are plain text, escaped here for the table; a cell should hold no space, so that a
+    record's pairs stay apart)."""
     from tunekit.cli.app import console, say
 
     widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
@@ -58,4 +59,5 @@ def rows(title: str | None, headers: Sequence[str], cells: Sequence[Sequence[str
     if title:
         say(f"{title}:")
     for row in cells:
-        say("  " + " ".join(f"{header.replace(' ', '_')}={cell}" for header, cell in zip(headers, row)))
+        pairs = (f"{header.replace(' ', '_')}={cell}" for header, cell in zip(headers, row) if cell)
+        say("  " + " ".join(pairs))
