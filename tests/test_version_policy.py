@@ -80,3 +80,10 @@ def test_a_malformed_verdict_file_is_checked_again(toy, shipped_elsewhere):
     version_policy.verdicts_path().write_text('{"format": "tunekit-other-triton", "verdicts": {"x": 3}}')
     assert dispatcher("toy").config(KEY)["BLOCK"] == 8
     assert len(json.loads(version_policy.verdicts_path().read_text())["verdicts"]) == 2
+
+
+def test_no_check_while_a_graph_is_traced(toy, shipped_elsewhere, monkeypatch):
+    monkeypatch.setattr(version_policy, "check", lambda *a: pytest.fail("no check while tracing"))
+    monkeypatch.setattr("torch.compiler.is_compiling", lambda: True)
+    assert resolve(toy, dict(zip(toy.problem_fields, KEY)), fingerprint(), None).layer != "shipped"
+    assert not version_policy.verdicts_path().exists()  # nothing recorded: a later miss outside checks it

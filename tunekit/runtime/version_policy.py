@@ -186,7 +186,7 @@ def checked_entry(
         return None
     verdict = recorded(entry, device)
     if verdict is None:
-        if not _CHECKS.get():
+        if not _CHECKS.get() or _capturing():
             return None
         verdict = check(spec, problem, entry, device)
         _record(entry, device, verdict, str(entry.device.get("triton_version", "?")))
@@ -206,8 +206,20 @@ def checked_entry(
     return replace(entry, time_ms=verdict.time_ms or entry.time_ms, provenance=provenance)
 
 
+def _capturing() -> bool:
+    """A CUDA graph being captured or a graph being traced: no place to compile, time and synchronize. The problem
+    is served as if no such entry existed, for this process; the check waits for a miss outside."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return True
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 def check(spec: KernelSpec, problem: Problem, entry: Entry, device: DeviceFingerprint) -> Verdict:
     """Compile, verify and time `entry`'s config here; torch's op timed beside it."""
+    import torch
+
     from tunekit.core import backend
     from tunekit.tuning.bench import default_timer
     from tunekit.tuning.torch_candidate import time_torch
@@ -215,17 +227,21 @@ def check(spec: KernelSpec, problem: Problem, entry: Entry, device: DeviceFinger
 
     timer = default_timer()
     seed = 0
-    try:
-        inputs = spec.make_inputs(problem, backend.torch_device(), seed)
-        outputs = spec.alloc_outputs(inputs)
-        record = measure(spec, entry.config, problem, backend.torch_device(), inputs, outputs, timer, seed + 1)
-    except Exception as exc:  # another Triton may break a config in any way: whatever it is, torch serves instead
-        return Verdict(False, f"fails here: {type(exc).__name__}: {str(exc)[:200]}")
+    where = backend.torch_device()
+    # Run as the tuner does, whatever the caller's context: no autograd, no autocast (which would change what the
+    # reference computes and record a false "wrong").
+    with torch.no_grad(), torch.autocast(where.type, enabled=False):
+        try:
+            inputs = spec.make_inputs(problem, where, seed)
+            outputs = spec.alloc_outputs(inputs)
+            record = measure(spec, entry.config, problem, where, inputs, outputs, timer, seed + 1)
+        except Exception as exc:  # another Triton may break a config in any way: whatever it is, torch serves
+            return Verdict(False, f"fails here: {type(exc).__name__}: {str(exc)[:200]}")
+        torch_ms = None if backend.INTERPRETED else time_torch(spec, problem, seed, timer)
     if record.status != "ok" or record.time_ms is None:
         return Verdict(False, f"{record.status} here: {record.error}")
     if backend.INTERPRETED:
         return Verdict(True, "correct here (the interpreter: not timed)", record.time_ms)
-    torch_ms = time_torch(spec, problem, seed, timer)
     if torch_ms is not None:
         if record.time_ms < torch_ms:
             return Verdict(
