@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -18,11 +17,12 @@ from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import plain
 
-# typer >= 0.22 vendors click (typer._click): its exceptions are not click's. Both, whichever parses the command line.
+# The click that parses the command line: typer's own copy (typer._click) from typer 0.22, click itself before
+# (click need not be installed at all). Its usage errors derive from ClickException, as typer.BadParameter does.
 _USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
-    {click.ClickException, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")}
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
 )
-_ABORTS: tuple[type[BaseException], ...] = tuple({click.Abort, typer.Abort})
+_ABORTS: tuple[type[BaseException], ...] = (typer.Abort,)
 
 
 class _OneLineGroup(TyperGroup):
