@@ -19,7 +19,7 @@ from tunekit.cli.app import (
     say,
 )
 from tunekit.cli.problems import kernel_problems
-from tunekit.cli.views import counted
+from tunekit.cli.views import config_text, counted
 from tunekit.cli.width import rows
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
@@ -102,7 +102,7 @@ def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: li
                 plain(spec.describe_problem(s.job.problem)),  # name=value joined by ",": a cell holds no space
                 plain(f"{s.state}: {s.error}" if s.error else s.state),
                 f"{s.entry.time_ms:.4f}" if s.entry else "-",
-                plain(",".join(f"{k}={v}" for k, v in s.entry.config.items())) if s.entry else "-",
+                plain(config_text(spec, s.entry.config).replace(" ", ",")) if s.entry else "-",
                 plain(s.worker),
             ]
         )
