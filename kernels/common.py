@@ -6,8 +6,9 @@ No Triton here: spaces and the quantization model import this without compiling 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -134,3 +135,19 @@ def torch_activation(v: torch.Tensor, activation: str) -> torch.Tensor:
     if fn is None:
         raise InvalidInputError(f"activation must be one of {list(TORCH_ACTIVATIONS)}, but got {activation!r}")
     return fn(v)
+
+
+@contextlib.contextmanager
+def quiet_masked_math() -> Iterator[None]:
+    """In Triton's interpreter, numpy computes every lane, masked or not, and warns (RuntimeWarning: divide by zero
+    in log, inf * 0) for lanes a kernel computes and then discards by design (cross entropy's ignored rows). Those
+    warnings are tunekit's doing, not the user's: silenced around such a launch. On a GPU: nothing."""
+    from tunekit.core import backend
+
+    if not backend.INTERPRETED:
+        yield
+        return
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        yield

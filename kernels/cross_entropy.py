@@ -32,6 +32,7 @@ from tunekit.kernels.common import (
     element_bytes,
     next_pow2,
     normal_sampler,
+    quiet_masked_math,
     row_flops,
     vector_elements,
     warps_for,
@@ -178,12 +179,13 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
     mean, reduced = reduction == "mean", reduction != "none"
     count = torch.empty(1, device=x.device, dtype=torch.float32) if mean else loss
     row_loss = torch.empty(n, device=x.device, dtype=torch.float32) if reduced else loss
-    if mean:
-        _ce_count[(1,)](target, count, n, ignore_index, BLOCK=FINISH_BLOCK)
-    if n > 0:
-        _launch_rows(config, (x, target, row_loss, grad, count), n, v, ignore_index, mean, len(outputs) > 1)
-    if reduced:
-        _ce_finish[(1,)](row_loss, count, loss, n, MEAN=mean, BLOCK=FINISH_BLOCK)
+    with quiet_masked_math():  # ignored rows: log(0) and 0 * inf, computed then discarded (the interpreter warns)
+        if mean:
+            _ce_count[(1,)](target, count, n, ignore_index, BLOCK=FINISH_BLOCK)
+        if n > 0:
+            _launch_rows(config, (x, target, row_loss, grad, count), n, v, ignore_index, mean, len(outputs) > 1)
+        if reduced:
+            _ce_finish[(1,)](row_loss, count, loss, n, MEAN=mean, BLOCK=FINISH_BLOCK)
 
 
 def _launch_rows(

@@ -121,9 +121,9 @@ def test_import_counts_each_key_once_and_refuses_what_serving_would(toy, tmp_pat
     once = tmp_path / "once.json"
     once.write_text(json.dumps(document([entry])))
     result = run("import", str(once))
-    assert result.exit_code == 0 and "1 entries read, 1 added, 0 improved, 0 kept" in result.output
+    assert result.exit_code == 0 and "1 entry read, 1 added, 0 improved" in result.output
     result = run("import", str(once))
-    assert result.exit_code == 0 and "1 entries read, 0 added, 0 improved, 1 kept" in result.output
+    assert result.exit_code == 0 and "1 entry read, 0 added, 0 improved, 1 left as they were" in result.output
 
 
 def test_export_refuses_a_symlink_and_keeps_the_old_file_on_failure(toy, tmp_path):

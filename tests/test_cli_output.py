@@ -110,7 +110,7 @@ def test_show_text_lists_shipped_entries_with_their_layer(columns_80):
     assert shipped and all("served here by " in line for line in shipped)
     assert lines[-1].startswith("0 entries in the cache, ") and lines[-1].endswith(" shipped")
     assert sum(line.startswith("layernorm rows=") for line in lines) == len(shipped)
-    assert "shipped entries not listed" in run("show", "--no-shipped").output
+    assert "shipped entries hidden by --no-shipped" in run("show", "--no-shipped").output
 
 
 def test_show_escapes_stored_text(toy):

@@ -360,7 +360,7 @@ def test_plan_is_written_listed_and_read(tmp_path):
     assert result.exit_code == 0 and "wrote 4 problems" in result.output, result.output
     listed = run("plan", str(path))
     assert listed.exit_code == 0 and "4 problems in" in listed.output
-    assert "rows=4,cols=16,dtype=float16" in listed.output
+    assert "toy rows=4 cols=16 dtype=float16" in listed.output
     hand = tmp_path / "hand.jsonl"
     hand.write_text(
         "# by hand\n"

@@ -3,23 +3,69 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+import sys
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from tunekit import DISTRIBUTION
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import plain
 
+# The click that parses the command line: typer's own copy (typer._click) from typer 0.22, click itself before
+# (click need not be installed at all). Its usage errors derive from ClickException, as typer.BadParameter does.
+_USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+_ABORTS: tuple[type[BaseException], ...] = (typer.Abort,)
+
+
+class _OneLineGroup(TyperGroup):
+    """The command group: a usage error (an unknown option, a value of the wrong type) is one line on stderr,
+    `error: ... (see `tunekit CMD --help`)`, exit code 2; Ctrl-C anywhere outside a command's own handler: 130."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _USAGE_ERRORS as exc:
+            message = exc.format_message()  # type: ignore[attr-defined]
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `tunekit` alone: its help, on stdout
+                print(message)
+                code = 0
+            else:
+                ctx = getattr(exc, "ctx", None)
+                where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+                print(f"error: {plain(message)}{where}", file=sys.stderr)
+                code = getattr(exc, "exit_code", 2)
+        except _ABORTS:
+            print("interrupted", file=sys.stderr)
+            code = 130
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
     name="tunekit",
+    cls=_OneLineGroup,
     help="Autotune Triton kernels per problem shape and GPU; keep the winners in a device-keyed cache.",
+    epilog="\b\nEnvironment variables:\n" + "\n".join("  " + line for line in settings.environment_text(76)) + "\n",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's help: descriptions wrap in a wide column at 80 columns, no panels
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -41,6 +87,22 @@ def _main(
     ] = False,
 ) -> None:
     """Autotune Triton kernels per problem shape and GPU; keep the winners in a device-keyed cache."""
+    # Where kernels run is said by the commands where it matters (tune, bench, worker), once: not as a log line on
+    # every command that happens to import torch.
+    logging.getLogger("tunekit.backend").setLevel(logging.ERROR)
+
+
+def interpreter_note() -> None:
+    """One short line on stderr when kernels run in Triton's interpreter (for the commands that measure)."""
+    from tunekit.core import backend
+
+    if backend.INTERPRETED:
+        err_console.print(
+            "note: no CUDA GPU: kernels run in Triton's interpreter on the CPU (CPU speed, wall-clock timings)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
@@ -69,15 +131,23 @@ def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 
 def say(text: str) -> None:
-    """One line of output, never cut: rich markup off (stored text is printed as it is) and no hard wrapping."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """One line of output, never cut; rich markup off (stored text is printed as it is). On a terminal it wraps
+    between words at the terminal's width (a record between its `name=value` pairs); in a log or a pipe it stays one
+    line, whole, for grep."""
+    from tunekit.cli.width import wrap
+
+    for line in wrap(text) if console.is_terminal else [text]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-KernelOpt = Annotated[str, typer.Option("--kernel", "-k", help="Kernel name (see `tunekit show --kernels`).")]
-ShapeOpt = Annotated[
-    list[str] | None, typer.Option("--shape", "-s", help="Problem shape, e.g. 4096x1024 (repeatable).")
+KernelOpt = Annotated[
+    str, typer.Option("--kernel", "-k", metavar="KERNEL", help="Kernel name (see `tunekit show --kernels`).")
 ]
-DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32.")]
+ShapeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--shape", "-s", metavar="SHAPE", help="Problem shape, e.g. 4096x1024 (repeatable)."),
+]
+DtypeOpt = Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="float16, bfloat16 or float32.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of text.")]
 QueueOpt = Annotated[str, typer.Option("--queue", help="The job queue's name (one storage holds many).")]
 FleetStorageOpt = Annotated[

@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from tunekit.cli.app import DtypeOpt, JsonOpt, ShapeOpt, console, say
+from tunekit.cli.app import DtypeOpt, JsonOpt, ShapeOpt, say
 from tunekit.cli.problems import kernel_problems
 from tunekit.cli.user_kernels import show_user_entries, user_entries, user_entries_json
-from tunekit.cli.views import config_text, list_entries
+from tunekit.cli.views import config_text, counted, list_entries
 from tunekit.core.errors import TunekitError
-from tunekit.core.render import markup
+from tunekit.core.render import plain
 
 
 def show(
@@ -32,10 +32,14 @@ def show(
     from tunekit.cli.views import device_json, problem_text
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec, kernel_names
+    from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve
+    from tunekit.store.database import shipped_entries
     from tunekit.store.store import Store
     from tunekit.store.user_entries import is_user_kernel
 
+    if dtype is not None and not shape:
+        raise TunekitError("--dtype goes with --kernel and --shape (it names the problem whose serving layer is shown)")
     if kernels:
         described = {name: get_spec(name).description for name in kernel_names()}
         if json_out:
@@ -52,11 +56,22 @@ def show(
             spec = get_spec(kernel)
             served = []
             for problem in kernel_problems(kernel, shape, dtype):
-                res = resolve(spec, problem, device, store)
-                served.append({"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)})
+                with version_policy.no_checks():  # show runs nothing: an unchecked entry is named below
+                    res = resolve(spec, problem, device, store)
+                unchecked = version_policy.candidate(spec, problem, device, shipped_entries())
+                if res.layer != "shipped" and unchecked is not None:
+                    res_note = version_policy.describe(unchecked, device)
+                else:
+                    res_note = ""
+                served.append(
+                    {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
+                    | ({"other_triton": res_note} if res_note else {})
+                )
                 if not json_out:
                     say(f"{kernel} {problem_text(spec, problem)}")
                     say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+                    if res_note:
+                        say(f"  ({res_note})")
             if json_out:
                 print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
             return
@@ -82,7 +97,7 @@ def show(
     show_user_entries(users, device)
     counts = {source: sum(e.source == source for e in listed.entries) for source in ("cache", "shipped")}
     summary = f"{counts['cache']} {_entries(counts['cache'])} in the cache"
-    summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries not listed: --shipped lists them)"
+    summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries hidden by --no-shipped)"
     if listed.unknown:
         summary += f"; {listed.unknown} {_entries(listed.unknown)} of kernels this tunekit does not know, not listed"
     say(summary)
@@ -104,8 +119,11 @@ def export_cmd(
             "--storage", help="Export every device's results from this shared fleet store instead of the local cache."
         ),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Write the cache, or a fleet's shared store (filtered by kernel and device), as a tuning database."""
+    import json
+
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.store.database import export_entries, write_document
@@ -119,33 +137,47 @@ def export_cmd(
             get_spec(kernel)  # unknown names fail with the list of valid ones
         skipped: dict[str, str] = {}
         n = write_document(out, queue.export_entries(storage, kernel, device_key, skipped=skipped))
-        console.print(markup(f"exported {n} entries from {storage} to {out}"))
+        if json_out:
+            print(json.dumps({"out": str(out), "from": storage, "exported": n, "left_out": len(skipped)}, indent=1))
+            return
+        say(f"exported {counted(n, 'entry')} from {plain(storage)} to {plain(out)}")
         if skipped:
-            console.print(f"{len(skipped)} jobs left out: their job or result is unreadable (see the warnings above)")
+            say(f"{counted(len(skipped), 'job')} left out: their job or result is unreadable (see the warnings above)")
         return
     with Store() as store:
         n = write_document(out, export_entries(store, kernel, device_key))
-    console.print(markup(f"exported {n} entries to {out}"))
+    if json_out:
+        print(json.dumps({"out": str(out), "from": str(store.directory), "exported": n}, indent=1))
+        return
+    say(f"exported {counted(n, 'entry')} to {plain(out)}")
 
 
-def import_cmd(path: Annotated[Path, typer.Argument(help="A tuning database written by `tunekit export`.")]) -> None:
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="A tuning database written by `tunekit export`.")],
+    json_out: JsonOpt = False,
+) -> None:
     """Validate FILE, then merge it into the cache.
 
     Every entry must be what this tunekit would serve (its config in the space and within the space's rules, its
     times above the physical floor); one bad entry refuses the whole file. Per key, the local best is kept unless
     the file's entry was measured faster by the same timer.
     """
+    import json
+
     from tunekit.store.database import import_document
     from tunekit.store.store import Store
 
     with Store() as store:
         result = import_document(store, path)
-    console.print(
-        markup(
-            f"imported {path}: {result.read} entries read, {result.added} added, {result.improved} improved, "
-            f"{result.kept} kept as they were (the local best was faster, or measured by another timer)"
-        )
-    )
+    if json_out:
+        counts = {"read": result.read, "added": result.added, "improved": result.improved, "kept": result.kept}
+        print(json.dumps({"file": str(path), "cache": str(store.directory), **counts}, indent=1))
+        return
+    text = f"imported {plain(path)}: {counted(result.read, 'entry')} read, {result.added} added"
+    text += f", {result.improved} improved"
+    if result.kept:
+        text += f", {result.kept} left as they were (the local entry was as fast or faster, or timed by another timer)"
+    say(text)
 
 
 def forget(
@@ -170,9 +202,9 @@ def forget(
         if dry_run:
             found = select(store, selection)
             for e in found:
-                problem = ",".join(f"{k}={v}" for k, v in e.key.problem)
-                console.print(markup(f"{e.key.digest}  {e.key.kernel}  {e.device.get('name', '?')}  {problem}"))
-            console.print(f"{len(found)} entries would be removed")
+                problem = " ".join(f"{k}={plain(v)}" for k, v in e.key.problem)
+                say(f"{e.key.digest}  {plain(e.key.kernel)}  {plain(e.device.get('name', '?'))}  {problem}")
+            say(f"{counted(len(found), 'entry')} would be removed")
             return
         removed = forget_entries(store, selection)
-    console.print(f"removed {removed} entries")
+    say(f"removed {counted(removed, 'entry')}")

@@ -7,17 +7,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from tunekit.cli.app import FleetStorageOpt, QueueOpt, ShapeOpt, console, err_console
+from tunekit.cli.app import (
+    FleetStorageOpt,
+    JsonOpt,
+    QueueOpt,
+    ShapeOpt,
+    console,
+    err_console,
+    interpreter_note,
+    say,
+)
 from tunekit.cli.problems import kernel_problems
+from tunekit.cli.views import config_text, counted
+from tunekit.cli.width import rows
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import markup, plain
-from tunekit.core.space import Config, Problem
-from tunekit.core.spec import KernelSpec
 
 if TYPE_CHECKING:
+    from tunekit.core.space import Problem
+    from tunekit.core.spec import KernelSpec
     from tunekit.fleet.queue import JobStatus
     from tunekit.tuning.tuner import TuneOptions
 
@@ -65,28 +75,38 @@ def _queue_url(storage: str | None, submit: bool) -> str:
     if submit:
         raise TunekitError("--submit needs --storage URL: the shared store the workers read")
     settings.cache_dir().mkdir(parents=True, exist_ok=True)
+    return default_queue_url()
+
+
+def default_queue_url() -> str:
+    """The storage `tune --workers` uses without --storage (and `status` reads without one)."""
     return f"sqlite:///{settings.cache_dir() / 'fleet.db'}"
 
 
+def _storage_file(url: str) -> Path | None:
+    """The file a journal path or a sqlite URL names (None for a server's URL): `status` reads it only if it
+    exists, since opening a storage creates it."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///") :])
+    return None if "://" in url else Path(url)
+
+
 def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: list[JobStatus], title: str) -> None:
-    table = Table(title=title)
-    for col in ("kernel", "problem", "state", "best", "best config", "worker"):
-        table.add_column(col)
+    specs = {spec.name: spec for spec, _ in work_list}
+    cells = []
     for s in statuses:
-        spec = next(spec for spec, _ in work_list if spec.name == s.job.kernel)
-        table.add_row(
-            s.job.kernel,
-            markup(spec.describe_problem(s.job.problem)),
-            markup(f"{s.state}: {s.error}" if s.error else s.state),
-            f"{s.entry.time_ms:.4f}" if s.entry else "-",
-            _show_config(spec, s.entry.config) if s.entry else "-",
-            markup(s.worker),
+        spec = specs[s.job.kernel]
+        cells.append(
+            [
+                plain(s.job.kernel),
+                plain(spec.describe_problem(s.job.problem)),  # name=value joined by ",": a cell holds no space
+                plain(f"{s.state}: {s.error}" if s.error else s.state),
+                f"{s.entry.time_ms:.4f}" if s.entry else "-",
+                plain(config_text(spec, s.entry.config).replace(" ", ",")) if s.entry else "-",
+                plain(s.worker),
+            ]
         )
-    console.print(table)
-
-
-def _show_config(spec: KernelSpec, config: Config) -> str:
-    return " ".join(f"{name}={config[name]}" for name in spec.space.names)
+    rows(title, ("kernel", "problem", "state", "best", "best config", "worker"), cells)
 
 
 def worker(
@@ -109,7 +129,13 @@ def worker(
     from tunekit.fleet.workers import stop_as_interrupted, work
     from tunekit.tuning.storage import Lease
 
+    if max_jobs is not None and max_jobs < 1:
+        raise TunekitError(f"--max-jobs must be >= 1, but got {max_jobs}")
     terms = Lease(heartbeat, lease, max_retries)
+    from tunekit.fleet.queue import queue_names
+
+    queue_names(storage)  # a storage that cannot be opened fails here, before the note
+    interpreter_note()
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
     try:
         work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(plain(line), flush=True))
@@ -119,43 +145,76 @@ def worker(
 
 
 def status(
-    storage: FleetStorageOpt,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            help="The shared store: an Optuna RDB URL or a journal file path (default: the one `tune --workers` "
+            "uses, sqlite in the cache directory). Read only: nothing is created.",
+        ),
+    ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
     jobs: Annotated[bool, typer.Option("--jobs", help="Also list every job.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Jobs queued, running, done and failed in each queue of --storage."""
+    import json
+
     from tunekit.fleet.queue import STATES, JobQueue, queue_names
 
-    names = [queue] if queue is not None else queue_names(storage)
+    storage = storage or default_queue_url()
+    path = _storage_file(storage)
+    if path is not None and not path.exists():
+        names: list[str] = []
+    else:
+        names = [queue] if queue is not None else queue_names(storage)
     if not names:
-        console.print(markup(f"no queues in {storage}"))
+        if json_out:
+            print(json.dumps({"storage": storage, "queues": {}}, indent=1))
+        else:
+            say(
+                f"no queues in {plain(storage)}"
+                + (" (no such file: nothing queued yet)" if path and not path.exists() else "")
+            )
         return
     queues = [JobQueue(storage, name, create=False) for name in names]
     statuses = {q.name: q.jobs() for q in queues}  # an unreadable job or result: warned about, never a traceback
-    table = Table(title=markup(f"jobs in {storage}"))
-    for col in ("queue", *STATES):
-        table.add_column(col)
-    for q in queues:
-        counts = dict.fromkeys(STATES, 0) | Counter(s.state for s in statuses[q.name])
-        table.add_row(markup(q.name), *(str(counts[state]) for state in STATES))
-    console.print(table)
+    if json_out:
+        document = {
+            "storage": storage,
+            "queues": {
+                name: {
+                    "counts": dict(dict.fromkeys(STATES, 0) | Counter(s.state for s in group)),
+                    "jobs": [_job_json(s) for s in group] if jobs else None,
+                }
+                for name, group in statuses.items()
+            },
+        }
+        print(json.dumps(document, indent=1, default=str))
+        return
+    counts = [dict.fromkeys(STATES, 0) | Counter(s.state for s in statuses[q.name]) for q in queues]
+    rows(
+        f"jobs in {plain(storage)}",
+        ("queue", *STATES),
+        [[plain(q.name), *(str(c[state]) for state in STATES)] for q, c in zip(queues, counts)],
+    )
     if jobs:
-        table = Table(title="jobs")
-        for col in ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"):
-            table.add_column(col)
-        for name, s in ((name, s) for name, group in statuses.items() for s in group):
-            table.add_row(
-                markup(name),
+        cells = [
+            [
+                plain(name),
                 s.job.id[:12],
-                markup(s.job.kernel),
-                markup(",".join(f"{k}={v}" for k, v in s.job.problem.items())),
+                plain(s.job.kernel),
+                plain(",".join(f"{k}={v}" for k, v in s.job.problem.items())),  # a cell holds no space
                 s.state + (" (worker gone)" if s.owner_gone else ""),
                 str(s.attempts),
                 f"{s.entry.time_ms:.4f}" if s.entry else "-",
-                markup(s.worker),
-                markup(s.error),
-            )
-        console.print(table)
+                plain(s.worker),
+                plain(s.error),
+            ]
+            for name, group in statuses.items()
+            for s in group
+        ]
+        rows("jobs", ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"), cells)
     gone = sum(s.owner_gone for group in statuses.values() for s in group)
     if gone:
         console.print(
@@ -223,8 +282,10 @@ def plan(
     ] = None,
     shape: ShapeOpt = None,
     dtype: Annotated[
-        list[str] | None, typer.Option("--dtype", help="float16, bfloat16 or float32 (repeatable).")
+        list[str] | None,
+        typer.Option("--dtype", metavar="DTYPE", help="float16, bfloat16 or float32 (repeatable)."),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Write a plan (kernels x shapes x dtypes) to FILE; without --kernel, check FILE and list its problems.
 
@@ -232,24 +293,46 @@ def plan(
     {"kernel": "layernorm", "problem": {...}} (what tunekit.record_problems writes). Without --shape, each
     kernel's default problems on this machine's device.
     """
+    import json
+
+    from tunekit.cli.views import problem_text
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.runtime.recorder import write_plan
-    from tunekit.store.user_entries import is_user_kernel, problem_text
+    from tunekit.store.user_entries import is_user_kernel, user_problem_text
 
     if not kernel:
         if shape or dtype:
             raise TunekitError("--shape and --dtype go with --kernel (to write a plan)")
         problems = read_plan(file)
-        table = Table()
-        for col in ("kernel", "problem"):
-            table.add_column(col)
+        if json_out:
+            listed = [{"kernel": name, "problem": dict(problem)} for name, problem in problems]
+            print(json.dumps({"plan": str(file), "problems": listed}, indent=1))
+            return
         for name, problem in problems:
-            described = problem_text(problem) if is_user_kernel(name) else get_spec(name).describe_problem(problem)
-            table.add_row(name, markup(described))
-        console.print(table)
-        console.print(markup(f"{len(problems)} problems in {file}"))
+            user = is_user_kernel(name)
+            described = user_problem_text(problem) if user else problem_text(get_spec(name), problem)
+            say(f"{plain(name)} {described}")
+        say(f"{counted(len(problems), 'problem')} in {plain(file)}")
         return
     dtypes: list[str | None] = list(dtype) if dtype else [None]
     pairs = [(k, p) for k in kernel for d in dtypes for p in kernel_problems(k, shape, d)]
-    console.print(f"wrote {write_plan(file, pairs)} problems to {file}")
+    written = write_plan(file, pairs)
+    if json_out:
+        print(json.dumps({"plan": str(file), "written": written}, indent=1))
+        return
+    say(f"wrote {counted(written, 'problem')} to {plain(file)}")
+
+
+def _job_json(s: JobStatus) -> dict[str, object]:
+    return {
+        "id": s.job.id,
+        "kernel": s.job.kernel,
+        "problem": dict(s.job.problem),
+        "state": s.state,
+        "worker_gone": s.owner_gone,
+        "attempts": s.attempts,
+        "best_ms": s.entry.time_ms if s.entry else None,
+        "worker": s.worker,
+        "error": s.error,
+    }

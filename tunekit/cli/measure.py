@@ -62,6 +62,8 @@ def bench(
     from tunekit.evaluation.results import BenchOptions, read_run
     from tunekit.evaluation.suite import work_list
 
+    if compile_timeout <= 0:
+        raise TunekitError(f"--compile-timeout must be > 0 seconds, but got {compile_timeout}")
     if summary is not None:
         if kernel or suite or shape:
             raise TunekitError("--summary reads a saved run: it takes no --kernel, --suite or --shape")
@@ -125,7 +127,7 @@ def record_cmd(
         Path | None,
         typer.Option("--out", help="Tables file (default: timings/<device>/<kernel>.json.gz in the cache directory)."),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Processes compiling configs in parallel.")] = 8,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Processes compiling configs in parallel.")] = 8,
     cold_cache: Annotated[
         Path | None, typer.Option("--cold-cache", help="An empty directory for Triton's cache: cold compile times.")
     ] = None,
@@ -181,8 +183,12 @@ def explain(
             "table's name such as h200-sm90-132sm/gemm.",
         ),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """The quantization model per candidate family: tiles, padded waste, occupancy, waves; what it prunes and why."""
+    import json
+
+    from tunekit.cli.width import columns
     from tunekit.core.device import fingerprint
     from tunekit.core.device_limits import device_limits
     from tunekit.core.registry import get_spec
@@ -207,7 +213,11 @@ def explain(
                 f"(a timing-table file, or a shipped table: {names})"
             )
         limits = found
-    print(explain_text(spec, problem, device, limits))
+    text = explain_text(spec, problem, device, limits, width=columns())
+    if json_out:
+        print(json.dumps({"kernel": kernel, "problem": dict(problem), "device": device.label, "text": text}, indent=1))
+        return
+    print(text)
 
 
 def efficiency(
@@ -222,9 +232,9 @@ def efficiency(
     strategies: Annotated[
         str, typer.Option("--strategies", help="Comma-separated: random, tpe, gp, exhaustive, model.")
     ] = "random,tpe,gp,exhaustive,model",
-    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per strategy and shape.")] = 5,
-    gp_cap: Annotated[int, typer.Option("--gp-cap", help="Trial cap for gp (Optuna's GP is slow to ask).")] = 30,
-    workers: Annotated[int | None, typer.Option("--workers", help="Processes (default: one per CPU).")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per strategy and shape.")] = 5,
+    gp_cap: Annotated[int, typer.Option("--gp-cap", min=1, help="Trial cap for gp (Optuna's GP is slow to ask).")] = 30,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Processes (default: one per CPU).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write every run and the aggregates as JSON.")] = None,
     in_sample: Annotated[
         bool,
@@ -245,6 +255,8 @@ def efficiency(
     if not loaded:
         raise TunekitError("no timing tables found (record some with `tunekit record` on a GPU)")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
+    if not names:
+        raise TunekitError(f"--strategies takes a comma list of strategy names, but got {strategies!r}")
     result = run_benchmark(loaded, names, seeds, out, gp_trial_cap=gp_cap, workers=workers, in_sample=in_sample)
     print(format_table(result))
 
@@ -267,9 +279,9 @@ def devices(json_out: JsonOpt = False) -> None:
 
 
 def bench_host(
-    rows: Annotated[int, typer.Option("--rows", help="Rows of each op's problem (a decode step's batch).")] = 8,
-    width: Annotated[int, typer.Option("--width", help="Hidden size of each op's problem.")] = 1024,
-    calls: Annotated[int, typer.Option("--calls", help="Calls per timed loop.")] = 3000,
+    rows: Annotated[int, typer.Option("--rows", min=1, help="Rows of each op's problem (a decode step's batch).")] = 8,
+    width: Annotated[int, typer.Option("--width", min=1, help="Hidden size of each op's problem.")] = 1024,
+    calls: Annotated[int, typer.Option("--calls", min=1, help="Calls per timed loop.")] = 3000,
     json_out: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON to this file.")] = None,
 ) -> None:

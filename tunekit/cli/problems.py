@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from tunekit.core.errors import InvalidShapeError
-from tunekit.core.space import Problem
+from typing import TYPE_CHECKING
+
+from tunekit.core.errors import InvalidInputError, InvalidShapeError
+
+if TYPE_CHECKING:
+    from tunekit.core.space import Problem
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -17,11 +21,21 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def check_dtype(dtype: str | None) -> None:
+    """Refuse a --dtype no kernel takes before any problem is built from it (a default problem given an unknown
+    dtype would fail later, deep in a kernel's code)."""
+    from tunekit.core.spec import DTYPES
+
+    if dtype is not None and dtype not in DTYPES:
+        raise InvalidInputError(f"--dtype must be one of {', '.join(DTYPES)}, but got {dtype!r}")
+
+
 def kernel_problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[Problem]:
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
 
     spec = get_spec(kernel)
+    check_dtype(dtype)
     if not shapes:
         problems = spec.default_problems(fingerprint())
         return [dict(p, dtype=dtype) if dtype else dict(p) for p in problems]

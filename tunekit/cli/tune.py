@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, say
+from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, err_console, say
 from tunekit.cli.fleet import tune_through_queue
 from tunekit.cli.problems import kernel_problems
 from tunekit.cli.user_kernels import plan_user_items, tune_user_plan
 from tunekit.cli.views import INTERPRETER_NOTE, TuneResult, printable, problem_text
 from tunekit.core.errors import TunekitError
-from tunekit.core.space import Problem
-from tunekit.core.spec import KernelSpec
 
 if TYPE_CHECKING:
+    from tunekit.core.space import Problem
+    from tunekit.core.spec import KernelSpec
     from tunekit.tuning.tuner import TuneOptions
 
 # tune's queue and isolation options, named here so that its signature stays a readable list.
@@ -164,7 +164,7 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
         what = f"{n} problem{'s' if n != 1 else ''}, {options.trials} trials each"
         say(f"tuning {kernels} on {device.label} ({timer.label}): {what}")
         if device.is_interpreter:
-            console.print(INTERPRETER_NOTE, markup=False, highlight=False)  # wrapped between words
+            say(INTERPRETER_NOTE)
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
     with Store() as store, contextlib.closing(benches):
@@ -172,10 +172,22 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
             bench = benches.on_first_use(spec, problem, options.seed)
-            with _progress(spec, problem, options.trials, stored, terminal) as advance:
-                entry, report = tune_and_store(
-                    spec, problem, device, options, store, timer=timer, on_trial=advance, bench=bench
+            try:
+                with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
+                    entry, report = tune_and_store(
+                        spec, problem, device, options, store, timer=timer, on_trial=advance, bench=bench
+                    )
+            except KeyboardInterrupt:
+                done = sum(not r.skipped for r in results)
+                err_console.print(
+                    f"interrupted: {done} of {len(work_list)} problems tuned and stored; "
+                    f"{spec.name} {problem_text(spec, problem)} kept the trials it measured (stored after each). "
+                    "Run the same command again to continue.",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
                 )
+                raise typer.Exit(130) from None
             heuristic = dict(spec.heuristic(problem, device))
             h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
             result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
@@ -198,13 +210,22 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
     say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
 
 
+PROGRESS_EVERY_TRIALS = 10  # without a terminal: a progress line per this many trials measured...
+PROGRESS_EVERY_S = 30.0  # ...or after this many seconds, whichever comes first
+
+
 @contextlib.contextmanager
 def _progress(
-    spec: KernelSpec, problem: Problem, trials: int, stored: int, terminal: bool
+    spec: KernelSpec, problem: Problem, trials: int, stored: int, terminal: bool, quiet: bool = False
 ) -> Iterator[Callable[[object, int], None]]:
-    """A progress bar for one problem on a terminal (its stored trials count as done); nothing otherwise."""
-    if not terminal:
+    """A progress bar for one problem on a terminal (its stored trials count as done); in a log, a line per
+    PROGRESS_EVERY_TRIALS trials or PROGRESS_EVERY_S seconds with the trials done and the best time so far;
+    nothing with --json (its stdout is one document)."""
+    if quiet:
         yield lambda record, done: None
+        return
+    if not terminal:
+        yield _progress_lines(f"{spec.name} {problem_text(spec, problem)}", trials, stored)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -222,3 +243,25 @@ def _progress(
             progress.update(task, completed=min(stored + done, max(trials, stored)))
 
         yield advance
+
+
+def _progress_lines(what: str, trials: int, stored: int) -> Callable[[object, int], None]:
+    """on_trial for a log: `  progress <problem>: 10/30 trials (20 measured now), best 0.0123 ms`."""
+    import time
+
+    best: list[float] = []
+    last = [time.monotonic(), 0]
+
+    def advance(record: object, done: int) -> None:
+        ms = getattr(record, "time_ms", None)
+        if getattr(record, "status", None) == "ok" and isinstance(ms, float):
+            best[:] = [min([ms, *best])]
+        now = time.monotonic()
+        if done - last[1] < PROGRESS_EVERY_TRIALS and now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[:] = [now, done]
+        total = max(trials, stored)
+        so_far = f"best {best[0]:.4f} ms" if best else "none correct yet"
+        say(f"  progress {what}: {min(stored + done, total)}/{total} trials ({done} measured now), {so_far}")
+
+    return advance

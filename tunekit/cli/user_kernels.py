@@ -17,7 +17,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import TunekitError
 from tunekit.store.entry import Entry
 from tunekit.store.store import Store
-from tunekit.store.user_entries import check_import_path, is_user_kernel, problem_text
+from tunekit.store.user_entries import check_import_path, is_user_kernel, user_problem_text
 
 
 def user_entries(store: Store, kernel: str | None) -> list[Entry]:
@@ -31,9 +31,9 @@ def show_user_entries(entries: list[Entry], device: DeviceFingerprint) -> None:
     """Each entry in three lines, then a count. Whether its code is current is known only where it is launched."""
     for e in entries:
         here = "this device" if e.key.device_key == device.key else f"device {e.key.device_key[:8]}"
-        say(f"{e.key.kernel} {problem_text(dict(e.key.problem))}")
+        say(f"{e.key.kernel} {user_problem_text(dict(e.key.problem))}")
         say(f"  cache · {e.device.get('name', '?')} ({here}) · {e.time_ms:.4f} ms · {len(e.trials)} trials")
-        say(f"  config {problem_text(e.config)} · identity {e.key.source_hash}")
+        say(f"  config {user_problem_text(e.config)} · identity {e.key.source_hash}")
     if entries:
         say(f"{len(entries)} user-kernel entr{'y' if len(entries) == 1 else 'ies'} (tunekit.autotune)")
 
@@ -72,7 +72,7 @@ def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool, queued:
         kernel = load_kernel(name)
         entry, measured = kernel.tune(problem, force=force)
         what = f"measured {measured} configs" if measured else "already tuned"
-        say(f"{name} {problem_text(problem)}: {problem_text(entry.config)} {entry.time_ms:.4f} ms ({what})")
+        say(f"{name} {user_problem_text(problem)}: {user_problem_text(entry.config)} {entry.time_ms:.4f} ms ({what})")
     return len(items)
 
 

@@ -28,6 +28,13 @@ INTERPRETER_NOTE = (
 )
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 entry`, `2 entries`, `1 problem`, `0 problems`."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
+
+
 def problem_text(spec: KernelSpec, problem: Problem) -> str:
     fields = [f for f in spec.problem_fields if f in problem] + sorted(set(problem) - set(spec.problem_fields))
     return " ".join(f"{f}={printable(problem[f])}" for f in fields)
@@ -60,7 +67,8 @@ class TuneResult:
             return f"already tuned: {stored} trials stored, nothing measured (--force or a larger --trials adds more)"
         if r.shared_from is not None:
             return f"shares the entry of {r.shared_from} (same quantization), nothing measured"
-        return f"{r.benchmarked} measured, {r.reused} reused, {stored} stored ({r.stop_reason})"
+        repeats = f" (and {r.reused} repeat suggestions answered from them)" if r.reused else ""
+        return f"{r.benchmarked} measured{repeats}, {stored} stored ({r.stop_reason})"
 
     def timing(self) -> str:
         """Tuned time against the heuristic's and torch's; nothing in the interpreter, whose timings mean nothing."""
@@ -146,8 +154,9 @@ class ShownEntry:
         return not self.why_not
 
     def _stale(self) -> str:
-        """Said of an entry that no longer serves (its kernel or Triton changed since); not of other devices'."""
-        return f" ({printable(self.why_not)})" if self.why_not.startswith("stale") else ""
+        """Said of an entry that does not serve as it is (its kernel changed since, or it was recorded under another
+        Triton: tunekit.runtime.version_policy); not of other devices'."""
+        return f" ({printable(self.why_not)})" if self.why_not and self.why_not != "another device" else ""
 
     def block(self) -> list[str]:
         e = self.entry
@@ -204,6 +213,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
     from tunekit.core.errors import UnknownKernelError
     from tunekit.core.registry import get_spec
+    from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve, why_not_served
     from tunekit.store.database import shipped_entries
     from tunekit.store.user_entries import is_user_kernel
@@ -230,6 +240,10 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             problem = dict(e.key.problem)
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
-                layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
-            listed.append(ShownEntry(source, spec, e, why_not_served(e, device), layer))
+                with version_policy.no_checks():  # show reports what was checked; it runs nothing
+                    layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
+            why_not = why_not_served(e, device)
+            if source == "shipped" and why_not.startswith("stale: measured") and e.key.source_hash == spec.source_hash:
+                why_not = version_policy.describe(e, device)
+            listed.append(ShownEntry(source, spec, e, why_not, layer))
     return Listing(listed, unknown)

@@ -12,7 +12,8 @@ import torch
 
 from tunekit.core import settings
 
-logger = logging.getLogger("tunekit")
+# A child of "tunekit": the CLI, which says where kernels run in the commands where it matters, mutes this one.
+logger = logging.getLogger("tunekit.backend")
 
 _INTERPRETER_NOTICE = (
     "tunekit: no CUDA GPU found; kernels run in Triton's interpreter on the CPU "

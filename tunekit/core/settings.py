@@ -1,20 +1,7 @@
 """Every environment variable tunekit reads, in one place, validated on read.
 
-| variable                | meaning                                                        | default                 |
-| ----------------------- | -------------------------------------------------------------- | ----------------------- |
-| TUNEKIT_CACHE_DIR       | directory of the working cache store                           | $XDG_CACHE_HOME/tunekit |
-| TUNEKIT_CACHE_MAX_MB    | cap on the store's size, MB (10**6 bytes): the least recently  | unset (unbounded)       |
-|                         | stored entries are evicted past it, with a warning             |                         |
-| TUNEKIT_STRICT          | 1: dispatch raises on a miss instead of using a fallback       | 0                       |
-| TUNEKIT_TUNE_ON_MISS    | 1: dispatch tunes a problem it has no entry for, then caches it | 0                       |
-| TUNEKIT_TUNE_ON_MISS_TRIALS | trial budget for tune-on-miss                              | 20                      |
-| TUNEKIT_UNTUNED         | no entry, on a GPU: torch (its own op) or triton (nearest, heuristic) | torch        |
-| TUNEKIT_DEBUG           | 1: the CLI prints tracebacks                                   | 0                       |
-| TUNEKIT_EXTRA_KERNELS   | more kernels, `name=module[,name=module]` (module has a SPEC)  | unset                   |
-| TUNEKIT_COMPILE_OPS     | ops a torch.compile graph calls as tunekit's (comma list, all, | measured default        |
-|                         | none); the others trace as torch's own ops, for Inductor      | (tunekit.runtime.       |
-|                         |                                                                | compile_policy)         |
-| TRITON_INTERPRET        | Triton's own; tunekit sets it to 1 when no CUDA GPU is present | unset                   |
+ENVIRONMENT lists them (name, meaning, default): README's "Environment variables" section and `tunekit --help`
+print that table; tests/test_cli_width.py checks that README lists every name.
 """
 
 from __future__ import annotations
@@ -23,6 +10,36 @@ import os
 from pathlib import Path
 
 from tunekit.core.errors import TunekitError
+
+# (name, meaning, default): the one table of the variables below.
+ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
+    ("TUNEKIT_CACHE_DIR", "directory of the working cache store", "$XDG_CACHE_HOME/tunekit"),
+    (
+        "TUNEKIT_CACHE_MAX_MB",
+        "cap on the store's size in MB (10**6 bytes); past it the least recently stored entries are evicted, "
+        "with a warning",
+        "unset (unbounded)",
+    ),
+    ("TUNEKIT_STRICT", "1: dispatch raises on a miss instead of using a fallback", "0"),
+    ("TUNEKIT_TUNE_ON_MISS", "1: dispatch tunes a problem it has no entry for, then caches it", "0"),
+    ("TUNEKIT_TUNE_ON_MISS_TRIALS", "trial budget for tune-on-miss", "20"),
+    ("TUNEKIT_UNTUNED", "no entry, on a GPU: torch (its own op) or triton (nearest, heuristic)", "torch"),
+    (
+        "TUNEKIT_OTHER_TRITON",
+        "entries recorded under another Triton version: check (serve each after a one-time check here) or "
+        "never (torch serves instead)",
+        "check",
+    ),
+    (
+        "TUNEKIT_COMPILE_OPS",
+        "ops a torch.compile graph calls as tunekit's (a comma list of op names, all or none); the others run the "
+        "model's own code, for Inductor to fuse (tunekit/runtime/compile_policy.py)",
+        "none (measured: no op won under compile)",
+    ),
+    ("TUNEKIT_DEBUG", "1: the CLI prints tracebacks", "0"),
+    ("TUNEKIT_EXTRA_KERNELS", "more kernels, name=module[,name=module] (each module has a SPEC)", "unset"),
+    ("TRITON_INTERPRET", "Triton's own; tunekit sets it to 1 when no CUDA GPU is present", "unset"),
+)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -115,3 +132,23 @@ def compile_ops() -> str | None:
     """TUNEKIT_COMPILE_OPS as given (stripped, lower case), or None when unset."""
     raw = os.environ.get("TUNEKIT_COMPILE_OPS")
     return raw.strip().lower() if raw is not None and raw.strip() else None
+
+
+def other_triton() -> str:
+    """What serves an entry recorded under another Triton version (tunekit/runtime/version_policy.py)."""
+    raw = os.environ.get("TUNEKIT_OTHER_TRITON", "check").strip().lower() or "check"
+    if raw not in ("check", "never"):
+        raise TunekitError(f"TUNEKIT_OTHER_TRITON must be 'check' or 'never', but got {raw!r}")
+    return raw
+
+
+def environment_text(width: int = 80) -> list[str]:
+    """ENVIRONMENT as lines at most `width` wide: each name, then its meaning and default indented, wrapped."""
+    import textwrap
+
+    lines: list[str] = []
+    for name, meaning, default in ENVIRONMENT:
+        lines.append(name)
+        text = f"{meaning} (default: {default})"
+        lines += textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="    ")
+    return lines

@@ -28,7 +28,7 @@ from tunekit.core.identity import explain_change
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
-from tunekit.runtime import hotpath, recorder
+from tunekit.runtime import hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import DEMOTED, Entry
@@ -80,6 +80,9 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     shipped = shipped_entries()
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
+        return _tuned(spec, "shipped", entry, device)
+    entry = version_policy.checked_entry(spec, problem, device, shipped)  # recorded under another Triton
+    if entry is not None:
         return _tuned(spec, "shipped", entry, device)
     if spec.torch_fallback and not device.is_interpreter and settings.untuned() == "torch":
         return Resolution("torch", TORCH)

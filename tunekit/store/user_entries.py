@@ -24,7 +24,7 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.payload import parse_payload
 
-__all__ = ["check_import_path", "is_user_kernel", "problem_text", "validate_user_entry"]
+__all__ = ["check_import_path", "is_user_kernel", "user_problem_text", "validate_user_entry"]
 
 
 def is_user_kernel(name: str) -> bool:
@@ -72,5 +72,5 @@ def validate_user_entry(data: dict[str, Any], where: str) -> Entry:
     return entry
 
 
-def problem_text(problem: dict[str, Value]) -> str:
+def user_problem_text(problem: dict[str, Value]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(problem.items()))
