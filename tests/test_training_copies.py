@@ -95,3 +95,29 @@ def test_patched_training_step_copies_nothing_eager_does_not(family: str, monkey
     for (name, p), (_, q) in zip(eager.named_parameters(), patched.named_parameters()):
         assert q.grad is not None and q.grad.stride() == p.grad.stride(), name
         torch.testing.assert_close(q.grad, p.grad, rtol=2e-3, atol=2e-3, msg=name)
+
+
+def test_a_linear_layers_three_gemms_are_three_problems_in_their_own_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a training step's linear layer runs, as dispatch keys it: the forward (row A, column-major weight.T),
+    dX = dY W (row, row) and dW = (dY^T X)^T (column-major dY^T, row X): layouts that cost differently are different
+    problems, each tuned and served on its own; a misaligned operand is another problem again (aligned16)."""
+    from tunekit.runtime.dispatch import dispatcher
+
+    gemm = dispatcher("gemm")
+    seen: list[tuple] = []
+    resolve = type(gemm).config
+
+    def noting(self, key):  # type: ignore[no-untyped-def]
+        seen.append(key)
+        return resolve(self, key)
+
+    monkeypatch.setattr(type(gemm), "config", noting)
+    x = torch.randn(24, 32, requires_grad=True)
+    layer = torch.nn.Linear(32, 48, bias=False)
+    from tunekit.ops import linear
+
+    linear(x, layer.weight).sum().backward()
+    fields = {key[:6] for key in seen}  # (m, n, k, dtype, a_layout, b_layout)
+    assert {(24, 48, 32, "float32", "row", "col"), (24, 32, 48, "float32", "row", "row")} <= fields
+    assert (48, 32, 24, "float32", "col", "row") in fields
+    assert layer.weight.grad.stride() == layer.weight.stride()  # dW arrives in the weight's own layout
