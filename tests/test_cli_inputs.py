@@ -62,6 +62,7 @@ BY_NAME: dict[tuple[str, str], list[str]] = {
     ("tune", "plan"): ["{tmp}/missing.jsonl"],
     ("tune", "workers"): NEGATIVE_COUNTS,
     ("tune", "candidate_timeout"): ["-1", "0"],
+    ("tune", "budget"): ["-1", "0"],
     ("worker", "storage"): ["nope://x"],
     ("worker", "heartbeat"): NEGATIVE_COUNTS,
     ("worker", "lease"): NEGATIVE_COUNTS,

@@ -32,7 +32,7 @@ def _plant(planted: dict[str, object]):
     """A stand-in for tuning: stores, for two GEMM problems of the plan, a valid config other than the one served
     before (`planted` gets {"slow": problem, "fast": problem, "configs": {problem key tuple: config}})."""
 
-    def tune(plan: Path, trials: int, report: ModelTuneReport) -> None:
+    def tune(plan: Path, trials: int, report: ModelTuneReport, budget_s: float | None) -> None:
         device = fingerprint()
         spec = get_spec("gemm")
         gemms = [problem for kernel, problem in read_plan(plan) if kernel == "gemm"]

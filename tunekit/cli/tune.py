@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -90,6 +91,13 @@ def tune(
         ),
     ] = False,
     timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds for the whole list: the largest problems first, each given a share of the time left in "
+            "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each."
+        ),
+    ] = None,
     sampler: Annotated[
         str, typer.Option(help="model (TPE guided by the quantization model), tpe, gp, random or exhaustive.")
     ] = "model",
@@ -135,14 +143,16 @@ def tune(
     )
     make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
     if submit or workers is not None:
-        if force or json_out:
-            raise TunekitError("--force and --json tune here: they do not go with --submit or --workers")
+        if force or json_out or budget is not None:
+            raise TunekitError("--force, --budget and --json tune here: they do not go with --submit or --workers")
         tune_through_queue(work_list, options, submit, workers, queue)
         return
-    _tune_here(work_list, options, json_out)
+    _tune_here(work_list, options, json_out, budget)
 
 
-def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, json_out: bool) -> None:
+def _tune_here(
+    work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, json_out: bool, budget: float | None = None
+) -> None:
     """Tune here, one problem after another. Each result is printed as it finishes: a block on a terminal (with a
     progress bar while it runs), one plain line otherwise, or all of them as one JSON document at the end."""
     import json
@@ -152,6 +162,7 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
     from tunekit.tuning.orchestrate import tune_and_store
+    from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
     device = fingerprint()
@@ -167,15 +178,17 @@ def _tune_here(work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions
             say(INTERPRETER_NOTE)
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
+    planned = PlanBudget(work_list, budget) if budget is not None else None
     with Store() as store, contextlib.closing(benches):
-        for spec, problem in work_list:
+        for index, (spec, problem) in enumerate(planned.order if planned is not None else work_list):
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
             bench = benches.on_first_use(spec, problem, options.seed)
+            these = dataclasses.replace(options, timeout_s=planned.share(index)) if planned is not None else options
             try:
                 with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
                     entry, report = tune_and_store(
-                        spec, problem, device, options, store, timer=timer, on_trial=advance, bench=bench
+                        spec, problem, device, these, store, timer=timer, on_trial=advance, bench=bench
                     )
             except KeyboardInterrupt:
                 done = sum(not r.skipped for r in results)

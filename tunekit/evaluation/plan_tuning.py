@@ -3,7 +3,7 @@ calls (`read_plan`, then `tune_and_store` per problem): what the model workflow 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunekit.core.errors import TunekitError
@@ -16,30 +16,34 @@ class TuneCounts:
     failed: list[str] = field(default_factory=list)  # "kernel problem: why", for problems whose tuning raised
 
 
-def tune_plan(plan: Path, cache_dir: Path | None, trials: int) -> TuneCounts:
+def tune_plan(plan: Path, cache_dir: Path | None, trials: int, budget_s: float | None = None) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
-    does here: one bench (one isolation worker on a GPU) for the whole plan. A problem whose tuning fails is counted
-    and named; the others are still tuned."""
+    does here: one bench (one isolation worker on a GPU) for the whole plan, and with `budget_s` the plan's
+    wall-time budget (tunekit.tuning.plan_budget). A problem whose tuning fails is counted and named; the others are
+    still tuned."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
     from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+    from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
     device, timer, options = fingerprint(), default_timer(), TuneOptions(trials=trials)
     counts = TuneCounts()
     benches = SharedBench(timer)
+    work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
+    planned = PlanBudget(work, budget_s) if budget_s is not None else None
     try:
         with Store(cache_dir) as store:
-            for kernel, problem in read_plan(plan):
-                spec = get_spec(kernel)
+            for index, (spec, problem) in enumerate(planned.order if planned is not None else work):
                 bench = benches.on_first_use(spec, problem, options.seed)
+                these = replace(options, timeout_s=planned.share(index)) if planned is not None else options
                 try:
-                    _, report = tune_and_store(spec, problem, device, options, store, timer=timer, bench=bench)
+                    _, report = tune_and_store(spec, problem, device, these, store, timer=timer, bench=bench)
                 except TunekitError as exc:
-                    counts.failed.append(f"{kernel} {spec.describe_problem(problem)}: {exc}")
+                    counts.failed.append(f"{spec.name} {spec.describe_problem(problem)}: {exc}")
                     continue
                 if report.skipped:
                     counts.skipped += 1

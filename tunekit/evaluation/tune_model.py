@@ -163,10 +163,10 @@ def _changed(before: Served, after: Served) -> list[Problem]:
     ]
 
 
-def _tune(plan: Path, trials: int, report: ModelTuneReport) -> None:
+def _tune(plan: Path, trials: int, report: ModelTuneReport, budget_s: float | None = None) -> None:
     from tunekit.evaluation.plan_tuning import tune_plan  # optuna: only when tuning
 
-    counts = tune_plan(plan, None, trials)
+    counts = tune_plan(plan, None, trials, budget_s)
     report.tuned, report.failed = counts.tuned, list(counts.failed)
 
 
@@ -269,6 +269,7 @@ def tune_model(
     steps: Mapping[str, Step],
     *,
     trials: int = 8,
+    budget_s: float | None = None,
     plan: Path | str | None = None,
     compare_eager: bool = True,
     eager: torch.nn.Module | None = None,
@@ -276,13 +277,13 @@ def tune_model(
     reps: int = 3,
     tolerance: float = 0.02,
     timer: StepTimer | None = None,
-    tune: Callable[[Path, int, ModelTuneReport], None] = _tune,
+    tune: Callable[..., None] = _tune,
 ) -> ModelTuneReport:
     """Patch `model`, record its `steps`' problems, tune them, time the steps before and after, and demote what
     slowed a step. A step is slower when its median per-round ratio is under 1 - `tolerance`; a subset of problems
     is a cause when serving it as before speeds the step up by more than `tolerance`. Each step is also reported
     against `eager`, an unpatched model with the same weights: by default (`compare_eager`) a copy of `model` made
-    before patching it (twice its memory)."""
+    before patching it (twice its memory). `budget_s` bounds the tuning's wall time (`tune --budget`)."""
     report = ModelTuneReport()
     if eager is None and compare_eager:
         eager = copy.deepcopy(model)
@@ -297,7 +298,7 @@ def tune_model(
         report.problems = len(recorder.problems)
         report.record_s = time.perf_counter() - clock
         clock = time.perf_counter()
-        tune(plan_path, trials, report)
+        tune(plan_path, trials, report, budget_s)
         report.tune_s = time.perf_counter() - clock
     clock = time.perf_counter()
     alternate = _Alternation(timer or default_timer(model), rounds, reps)
