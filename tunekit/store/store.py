@@ -44,7 +44,15 @@ from tunekit.core import settings
 from tunekit.core.errors import CacheError
 from tunekit.store.diagnosis import READONLY, explain, primary_code
 from tunekit.store.entry import Entry, merge_entries
-from tunekit.store.file_safety import DB_NAME, TABLE_SQL, Refused, check_files, has_table
+from tunekit.store.file_safety import (
+    DB_NAME,
+    TABLE_SQL,
+    Refused,
+    check_files,
+    has_table,
+    holds_write_lock,
+    open_checked,
+)
 from tunekit.store.key import CacheKey
 from tunekit.store.payload import parse_payload
 
@@ -122,25 +130,36 @@ class Store:
         if self._conn is not None:
             yield self._conn
             return
-        conn: sqlite3.Connection | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            check_files(self.path)
-            conn = _connect(self.path, read_only=False)
-            conn.execute("PRAGMA journal_mode = DELETE")
-            conn.execute("BEGIN IMMEDIATE")
-            if not has_table(conn):
-                conn.execute(TABLE_SQL)
-            self._conn = conn
-            yield conn
-            conn.execute("COMMIT")
+            with self._write_transaction() as conn:
+                if not has_table(conn):
+                    conn.execute(TABLE_SQL)
+                self._conn = conn
+                yield conn
+                conn.execute("COMMIT")
         except (Refused, OSError, sqlite3.Error) as exc:
             why = explain(exc, True, TIMEOUT_S)
             raise CacheError(f"cannot write the cache store at {self.directory}: {why}") from None
         finally:
             self._conn = None
-            if conn is not None:
-                conn.close()  # without COMMIT, SQLite rolls the transaction back
+
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A connection inside BEGIN IMMEDIATE on the very file that was checked (see file_safety); closed after,
+        which rolls back what was not committed."""
+        check_files(self.path)
+        fd = open_checked(self.path, write=True)
+        assert fd is not None  # a write creates the file
+        try:
+            with contextlib.closing(_connect(self.path, read_only=False)) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                if not holds_write_lock(fd):  # SQLite opened another file than the one checked: write nothing
+                    raise Refused(f"{self.path} was replaced while it was opened (by a symlink or another file)")
+                conn.execute("PRAGMA journal_mode = DELETE")
+                yield conn
+        finally:
+            os.close(fd)
 
     def get(self, key: CacheKey) -> Entry | None:
         for digest, raw in self._rows(key.digest):
@@ -215,9 +234,9 @@ class Store:
                 if primary_code(exc) != READONLY:
                     raise
                 # A writer was killed mid-write (SQLITE_READONLY_ROLLBACK): its journal must be rolled back, which a
-                # read-only connection cannot do. Any read through a writable one does it (not on a read-only mount).
-                with contextlib.closing(_connect(self.path, read_only=False)) as rw:
-                    rw.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                # read-only connection cannot do. A write transaction does it (not on a read-only mount).
+                with self._write_transaction():
+                    pass
                 holds_table = has_table(conn)
             yield conn if holds_table else None
         finally:
@@ -296,8 +315,9 @@ class Store:
 
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit); read-only ones open with `mode=ro`."""
-    uri = f"{path.absolute().as_uri()}?mode={'ro' if read_only else 'rwc'}"
+    """A connection in autocommit mode (transactions are explicit); read-only ones open with `mode=ro`, writing
+    ones with `mode=rw` (the file is created by `open_checked`, never by SQLite)."""
+    uri = f"{path.absolute().as_uri()}?mode={'ro' if read_only else 'rw'}"  # never creates: the store does
     conn = sqlite3.connect(uri, uri=True, timeout=TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("PRAGMA trusted_schema = OFF")
