@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +100,10 @@ class KernelSpec:
     # Parameters the space's rules pin once another parameter changes (GEMM: SPLIT_K with the variant, GROUP_M
     # with BLOCK_M): the tuner's pattern search counts a move changing one of these alongside another as one step.
     dependent_params: frozenset[str] = frozenset()
+    # The values a problem field may take, where not every value of its type is a problem: a tuple of values (a
+    # layout, an activation) or a range of ints (a size that may be 0). Undeclared: dtype is one of `tolerances`,
+    # an int field a size in [1, 2^40) (tunekit/core/problems.py checks every problem that enters by these).
+    problem_values: Mapping[str, tuple[Value, ...] | range] = field(default_factory=dict)
 
     @classmethod
     def of_module(cls, module: str, **declared: Any) -> KernelSpec:

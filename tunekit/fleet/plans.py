@@ -4,24 +4,30 @@ and `tunekit record`'s suite plans), checked the way an imported database entry 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
+from tunekit.core.problems import problem_error
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
 
 
 def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
-    """A problem dict with exactly the spec's fields, each a string, bool or int."""
-    if not isinstance(problem, dict) or sorted(problem) != sorted(spec.problem_fields):
-        got = sorted(problem) if isinstance(problem, dict) else type(problem).__name__
-        raise TunekitError(f"a {spec.name} problem has exactly the fields {sorted(spec.problem_fields)}, but got {got}")
-    for name, value in problem.items():
-        if not isinstance(value, (str, bool, int)):
-            raise TunekitError(f"{spec.name} problem field {name!r} must be a string, bool or int, but got {value!r}")
+    """A problem of `spec`, as its declaration allows (tunekit.core.problems); else a one-line TunekitError."""
+    error = problem_error(spec, problem)
+    if error is not None:
+        raise TunekitError(error)
     return dict(problem)
+
+
+def checked_items(plan: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, dict[str, Value]]]:
+    """Each (kernel, problem) of a plan about to be written, checked by its kernel's declaration."""
+    from tunekit.core.registry import get_spec
+
+    return [(kernel, check_problem(get_spec(kernel), dict(problem))) for kernel, problem in plan]
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -69,6 +75,8 @@ def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
             items = list(enumerate(json.loads(text), 1))
         except ValueError as exc:
             raise TunekitError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise TunekitError(f"{path} is not a plan: nested too deeply") from None
         where = "item"
     else:
         for number, line in enumerate(text.splitlines(), 1):
@@ -77,6 +85,8 @@ def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
                     items.append((number, json.loads(line)))
                 except ValueError as exc:
                     raise TunekitError(f"{path} line {number}: not valid JSON: {exc}") from None
+                except RecursionError:
+                    raise TunekitError(f"{path} line {number}: not a plan item: nested too deeply") from None
         where = "line"
     plan: dict[str, tuple[str, dict[str, Value]]] = {}
     for number, data in items:

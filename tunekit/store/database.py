@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import DatabaseError, TunekitError
+from tunekit.core.problems import problem_error
 from tunekit.core.registry import get_spec, kernel_names
 from tunekit.core.render import brief
 from tunekit.core.spec import KernelSpec
@@ -128,21 +129,6 @@ def _validate_flat(obj: dict[str, Any], where: str, name: str) -> None:
         )
 
 
-_PROBLEM_TYPES: dict[str, dict[str, type]] = {}
-
-
-def _problem_types(spec: KernelSpec) -> dict[str, type]:
-    """The type of each problem field, as the spec's own default problems use it (where they all agree)."""
-    types = _PROBLEM_TYPES.get(spec.name)
-    if types is None:
-        seen: dict[str, set[type]] = {}
-        for problem in spec.default_problems(fingerprint()):
-            for name, value in problem.items():
-                seen.setdefault(name, set()).add(type(value))
-        types = _PROBLEM_TYPES[spec.name] = {n: next(iter(t)) for n, t in seen.items() if len(t) == 1}
-    return types
-
-
 _TYPE_NAMES = {int: "an int", str: "a string", bool: "a bool"}
 
 
@@ -215,24 +201,15 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
         )
     spec = get_spec(kernel)
     problem = key.get("problem")
-    _require(
-        isinstance(problem, dict) and sorted(problem) == sorted(spec.problem_fields),
-        where,
-        f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
-    )
-    types = _problem_types(spec)
+    _require(isinstance(problem, dict), where, "key.problem must be an object")
     for field_name, value in problem.items():
         _require(
             isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
             where,
             f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {brief(value)}",
         )
-        want = types.get(field_name)
-        _require(
-            want is None or type(value) is want,
-            where,
-            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {brief(value)}",
-        )
+    error = problem_error(spec, problem, "key.problem")
+    _require(error is None, where, str(error))
     _validate_flat(data["device"], where, "device")
     _validate_flat(data["provenance"], where, "provenance")
     device = _device(data["device"], key["device_key"], where)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tunekit.core import registry
 from tunekit.core.errors import TunekitError
+from tunekit.core.problems import problem_error
 from tunekit.store.entry import TRIAL_STATUSES, Entry
 from tunekit.store.key import SCHEMA_VERSION
 
@@ -89,8 +90,9 @@ def _space_problem(entry: Entry) -> str | None:
     spec = registry._loaded.get(entry.key.kernel)
     if spec is None or entry.key.source_hash != spec.source_hash:
         return None
-    if sorted(dict(entry.key.problem)) != sorted(spec.problem_fields):
-        return f"its problem fields are not {sorted(spec.problem_fields)}"
+    error = problem_error(spec, dict(entry.key.problem))
+    if error is not None:
+        return f"its problem is not one the kernel declares ({error})"
     try:
         spec.space.check_membership(entry.config)
     except TunekitError as exc:
