@@ -88,3 +88,52 @@ def test_negative_bit_views_under_compile(op):
     compiled = torch.compile(OPS[op], backend="aot_eager", fullgraph=True)
     _served(compiled(t), OPS[op](t.resolve_neg()))
     torch._dynamo.reset()
+
+
+# --- text: lone surrogates and invisible characters -------------------------------------------------------------
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from tunekit.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def _shipped_json(kernel: str) -> dict:
+    from tunekit.store.database import shipped_entries
+
+    return next(e for e in shipped_entries().values() if e.key.kernel == kernel).to_json()
+
+
+@pytest.mark.parametrize("text", ["\ud800", "ok\udfff", "\U000e0041", "\u061c"])
+def test_strange_text_in_imports_and_plans_is_refused_or_escaped(text, tmp_path):
+    """A lone surrogate in an imported device name or a plan is refused at the boundary in one line; invisible
+    characters that are valid text are imported and printed escaped. Nothing raises UnicodeEncodeError."""
+    import json
+
+    from tunekit.store.database import FORMAT
+    from tunekit.store.key import SCHEMA_VERSION
+
+    entry = _shipped_json("layernorm")
+    entry["device"]["name"] = text
+    from tunekit.core.device import DeviceFingerprint
+
+    entry["key"]["device_key"] = DeviceFingerprint.from_json(entry["device"]).key
+    doc = tmp_path / "db.json"
+    doc.write_text(json.dumps({"format": FORMAT, "schema": SCHEMA_VERSION, "entries": [entry]}))
+    surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    COUNTS["tried"] += 1
+    result = _cli("import", str(doc))
+    assert result.exit_code == (1 if surrogate else 0), (result.output, result.exception)
+    result = _cli("show")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert text not in result.output
+    result.output.encode("utf-8")
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text(json.dumps({"kernel": "layernorm", "shape": [8, 64], "dtype": "float32", "x": text}) + "\n")
+    plan.write_text(json.dumps({"kernel": text, "shape": [8, 64], "dtype": "float32"}) + "\n")
+    result = _cli("plan", str(plan))
+    assert result.exit_code == 1 and "Traceback" not in result.output and text not in result.output
+    COUNTS["refused" if surrogate else "served"] += 1

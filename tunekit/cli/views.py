@@ -204,8 +204,8 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
     from tunekit.core.errors import UnknownKernelError
     from tunekit.core.registry import get_spec
-    from tunekit.runtime.dispatch import resolve, why_not_served
-    from tunekit.store.database import shipped_entries
+    from tunekit.runtime.dispatch import why_not_served
+    from tunekit.store.database import served_layer, shipped_entries
 
     local = sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest))
     snapshot = cast("Store", _Snapshot(local))
@@ -229,6 +229,6 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             problem = dict(e.key.problem)
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
-                layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
+                layer = served[(e.key.kernel, e.key.problem)] = served_layer(spec, problem, device, snapshot)
             listed.append(ShownEntry(source, spec, e, why_not_served(e, device), layer))
     return Listing(listed, unknown)

@@ -10,6 +10,7 @@ from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
 from tunekit.core.problems import problem_error
+from tunekit.core.render import all_text
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
@@ -50,6 +51,8 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
 
     if not isinstance(data, dict) or not isinstance(data.get("kernel"), str):
         raise TunekitError('each item must be an object with a "kernel" name')
+    if not all_text(data):
+        raise TunekitError("a string in it is not valid Unicode text (a lone surrogate such as \\ud800)")
     spec = get_spec(data["kernel"])
     extra = sorted(set(data) - {"kernel", "problem", "shape", "dtype"})
     if extra:

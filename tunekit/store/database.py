@@ -31,7 +31,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import DatabaseError, TunekitError
 from tunekit.core.problems import problem_error
 from tunekit.core.registry import get_spec, kernel_names
-from tunekit.core.render import brief
+from tunekit.core.render import all_text, brief
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
 from tunekit.store.entry import TRIAL_STATUSES, Entry
@@ -179,6 +179,7 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     rules, physical floors of its times. Errors start with `where` (default: "entry INDEX")."""
     where = where or f"entry {index}"
     _require(isinstance(data, dict), where, f"must be an object, but got {type(data).__name__}")
+    _require(all_text(data), where, "a string in it is not valid Unicode text (a lone surrogate such as \\ud800)")
     for name in ("key", "best", "device", "provenance"):
         _require(isinstance(data.get(name), dict), where, f"field {name!r} must be an object")
     key = data["key"]
@@ -450,6 +451,16 @@ def _import_one(store: Store, entry: Entry, path: Path) -> str:
     if before is None:
         return "added"
     return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
+
+
+def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, store: Store) -> str:
+    """The dispatch layer that serves a stored entry's problem here (`tunekit show`), or, for a problem this kernel
+    no longer declares (a field renamed or retyped since the entry was stored), that nothing does."""
+    from tunekit.runtime.dispatch import resolve
+
+    if problem_error(spec, problem) is not None:
+        return "nothing (stale: not a problem of the kernel as it is now)"
+    return resolve(spec, problem, device, store).layer
 
 
 @functools.lru_cache(maxsize=1)

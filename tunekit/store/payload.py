@@ -14,6 +14,7 @@ from typing import Any
 from tunekit.core import registry
 from tunekit.core.errors import TunekitError
 from tunekit.core.problems import problem_error
+from tunekit.core.render import all_text
 from tunekit.store.entry import TRIAL_STATUSES, Entry
 from tunekit.store.key import SCHEMA_VERSION
 
@@ -31,7 +32,7 @@ def parse_payload(digest: str, raw: object) -> tuple[Entry | None, str, str]:
     if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
         why = f"written by a newer tunekit (schema {schema}; this one reads {SCHEMA_VERSION}): upgrade tunekit"
         return None, "newer-schema", why
-    problem = _structure_problem(data)
+    problem = _structure_problem(data) if all_text(data) else "a string in it is not valid Unicode text"
     if problem is not None:
         return None, "malformed", problem
     entry = Entry.from_json(data)
