@@ -137,3 +137,73 @@ def test_strange_text_in_imports_and_plans_is_refused_or_escaped(text, tmp_path)
     result = _cli("plan", str(plan))
     assert result.exit_code == 1 and "Traceback" not in result.output and text not in result.output
     COUNTS["refused" if surrogate else "served"] += 1
+
+
+# --- physical floors ----------------------------------------------------------------------------------------------
+
+
+def _interpreter_entry(time_ms: float, timer: str = "interpreter-wall-clock"):
+    """A layernorm entry (Triton code) measured in the interpreter."""
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.store.entry import Entry, TrialRecord
+    from tunekit.store.key import CacheKey
+
+    spec, device = get_spec("layernorm"), fingerprint()
+    problem = {"rows": 8, "cols": 256, "dtype": "float32", "weight": True, "bias": True}
+    config = spec.heuristic(problem, device)
+    key = CacheKey.make("layernorm", spec.source_hash, device.key, problem)
+    trials = (TrialRecord(config, "ok", time_ms),)
+    return Entry(key, config, time_ms, device.to_json(), {"strategy": "tpe", "timer": timer}, trials)
+
+
+def test_an_import_faster_than_the_interpreter_can_launch_is_refused(tmp_path):
+    """Found: an import at 0.0011 ms under the same timer passed the 1 us floor and replaced an 18 ms local best."""
+    from tunekit.core.errors import DatabaseError
+    from tunekit.store.database import import_document, write_document
+    from tunekit.store.store import Store
+
+    local = _interpreter_entry(18.0)
+    path = tmp_path / "db.json"
+    write_document(path, [_interpreter_entry(0.0011)])
+    with Store() as store:
+        store.put(local)
+        COUNTS["tried"] += 1
+        with pytest.raises(DatabaseError, match="physical floor"):
+            import_document(store, path)
+        COUNTS["refused"] += 1
+        assert store.get(local.key) == local
+
+
+def test_a_gpu_import_faster_than_the_device_s_peak_flops_is_refused():
+    """A 4096^3 GEMM on an H200 (132 SMs) at 6 us: above its bytes at 20 TB/s (5 us), below its FLOPs at any
+    peak 132 SMs can reach (21 us)."""
+    from tunekit.core.errors import DatabaseError
+    from tunekit.store.database import shipped_entries, validate_entry
+
+    entry = next(
+        e for e in shipped_entries().values() if e.key.kernel == "gemm" and dict(e.key.problem)["m"] == 4096
+    ).to_json()
+    assert dict(entry["key"]["problem"])["k"] == 4096
+    entry["best"]["time_ms"] = 0.006
+    entry["trials"] = []
+    COUNTS["tried"] += 1
+    with pytest.raises(DatabaseError, match="physical floor"):
+        validate_entry(entry)
+    COUNTS["refused"] += 1
+
+
+@pytest.mark.parametrize("time_ms", [0.0, 0.0011])
+def test_a_store_row_below_the_floor_is_never_served(time_ms):
+    """Found: a stored time_ms=0 could never be beaten. Such a row (or one below its floor) is ignored: re-tuning
+    replaces it."""
+    from tunekit.store.store import Store
+
+    row = _interpreter_entry(time_ms)
+    with Store() as store:
+        store.put(row)
+        COUNTS["tried"] += 1
+        assert store.get(row.key) is None
+        COUNTS["refused"] += 1
+        store.put(_interpreter_entry(18.0))
+        assert store.get(row.key).time_ms == 18.0

@@ -35,6 +35,7 @@ from tunekit.core.render import all_text, brief
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
 from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.floors import floor_text, time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
 
@@ -46,12 +47,6 @@ _MAX_TIME_MS = 1e7  # a measured time above ~3 hours is not a measurement
 # well under a GiB. A larger file is refused before it is read.
 MAX_DOCUMENT_BYTES = 64 << 20
 _READ_CHUNK_BYTES = 1 << 20
-# Physical floors of a measured time. No kernel launch completes, as a timer sees it, in under a microsecond (the
-# fastest time in the shipped H200 database, measured with CUDA events, is 5.3 µs). And no device moves memory
-# faster than 20 TB/s: 2.5x the fastest HBM shipping today (8 TB/s); what the fingerprint holds does not give a
-# part's bandwidth, so the bound is the same for every device, generous enough never to refuse a real measurement.
-LAUNCH_FLOOR_MS = 1e-3
-FASTEST_MEMORY_BYTES_PER_S = 20e12
 
 
 def document(entries: Iterable[Entry]) -> dict[str, Any]:
@@ -96,19 +91,9 @@ def _validate_time(value: Any, where: str, floor_ms: float) -> None:
     _require(
         value >= floor_ms,
         where,
-        f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem (a launch takes 1 us; its "
-        f"bytes at {FASTEST_MEMORY_BYTES_PER_S / 1e12:g} TB/s), but got {brief(value)}",
+        f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem ({floor_text()}), "
+        f"but got {brief(value)}",
     )
-
-
-def time_floor_ms(spec: KernelSpec, problem: dict[str, Any]) -> float:
-    """The least time a measurement of `problem` can take: the launch floor, or its minimum bytes at the fastest
-    memory any device has (FASTEST_MEMORY_BYTES_PER_S), whichever is longer."""
-    try:
-        nbytes = max(0, int(spec.bytes_moved(problem)))
-    except (ArithmeticError, LookupError, TypeError, ValueError):
-        nbytes = 0  # a problem the spec cannot size: the launch floor alone
-    return max(LAUNCH_FLOOR_MS, nbytes / FASTEST_MEMORY_BYTES_PER_S * 1e3)
 
 
 def _is_json_scalar(value: Any) -> bool:
@@ -219,7 +204,7 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     except TunekitError as exc:
         raise DatabaseError(f"{where}: best.config outside the {kernel} space: {exc}") from None
     _check_rules(spec, config, problem, device, where + ".best")
-    floor_ms = time_floor_ms(spec, problem)
+    floor_ms = time_floor_ms(spec, problem, device)
     _validate_time(data["best"].get("time_ms"), where + ".best", floor_ms)
     _validate_trials(data.get("trials", []), spec, problem, device, where, floor_ms)
     try:

@@ -12,10 +12,12 @@ import math
 from typing import Any
 
 from tunekit.core import registry
+from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import TunekitError
 from tunekit.core.problems import problem_error
 from tunekit.core.render import all_text
 from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.floors import time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION
 
 
@@ -61,8 +63,8 @@ def _structure_problem(data: dict[str, Any]) -> str | None:
     if not isinstance(best, dict) or not _is_config(best.get("config")):
         return "its best config must map names to strings, bools or ints"
     t = best.get("time_ms")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        return f"its best time must be a finite number >= 0, but is {t!r}"
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return f"its best time must be a finite number > 0, but is {t!r}"
     if not isinstance(data.get("device"), dict) or not isinstance(data.get("provenance"), dict):
         return "its device and provenance must be objects"
     if not isinstance(trials, list):
@@ -98,4 +100,11 @@ def _space_problem(entry: Entry) -> str | None:
         spec.space.check_membership(entry.config)
     except TunekitError as exc:
         return f"its best config is outside the {spec.name} space ({exc})"
+    try:
+        device: DeviceFingerprint | None = DeviceFingerprint.from_json(dict(entry.device))
+    except (KeyError, TypeError, ValueError):
+        device = None  # the floor of any GPU
+    floor = time_floor_ms(spec, dict(entry.key.problem), device)
+    if entry.time_ms < floor:
+        return f"its best time {entry.time_ms:.3g} ms is below the problem's physical floor ({floor:.3g} ms)"
     return None
