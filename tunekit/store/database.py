@@ -467,3 +467,16 @@ def shipped_entries() -> dict[CacheKey, Entry]:
             if old is None or entry.time_ms < old.time_ms:
                 found[entry.key] = entry
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_by_scope() -> dict[tuple[str, str], list[Entry]]:
+    by_scope: dict[tuple[str, str], list[Entry]] = {}
+    for entry in shipped_entries().values():
+        by_scope.setdefault((entry.key.kernel, entry.key.device_key), []).append(entry)
+    return by_scope
+
+
+def shipped_scope(kernel: str, device_key: str) -> list[Entry]:
+    """The shipped entries of one kernel on one device (the nearest-entry scan's share of the shipped set)."""
+    return list(_shipped_by_scope().get((kernel, device_key), ()))

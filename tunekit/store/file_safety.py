@@ -57,10 +57,10 @@ def check_files(path: Path) -> bool:
         exists = exists or suffix == ""
     if not exists:
         return False
-    _check_header(path, _read_regular(str(path), 0, 100))
+    _check_header(path, read_regular(str(path), 0, 100))
     # A journal left by an interrupted write is rolled back by the next writer. One that ends in a super-journal
     # record names another file, which SQLite would then open and delete: tunekit never writes one.
-    tail = _read_regular(f"{path}-journal", -16, 16)
+    tail = read_regular(f"{path}-journal", -16, 16)
     if len(tail) == 16 and tail[8:] == _JOURNAL_MAGIC:
         raise Refused(f"{path}-journal names a super-journal (another file), which tunekit never writes")
     return True
@@ -121,7 +121,7 @@ def holds_write_lock(fd: int) -> bool:
     return kind != fcntl.F_UNLCK and pid == os.getpid()
 
 
-def _read_regular(name: str, offset: int, size: int) -> bytes:
+def read_regular(name: str, offset: int, size: int) -> bytes:
     """Up to `size` bytes at `offset` (from the end when negative) of a regular file; b"" if it is gone or shorter.
     Never follows a symlink, never blocks on a FIFO."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -52,6 +52,7 @@ from tunekit.store.file_safety import (
     has_table,
     holds_write_lock,
     open_checked,
+    read_regular,
 )
 from tunekit.store.key import CacheKey
 from tunekit.store.payload import parse_payload
@@ -62,6 +63,9 @@ LEGACY_NAME = "cache.db"  # the diskcache store of earlier versions: never opene
 # The store's limits, read from this module at each use (tests lower them here): what reads them stays here.
 TIMEOUT_S = 60.0  # the longest wait for another process's lock
 MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's largest are well under 1 MiB)
+# A payload without its trials (key, best, device, provenance: ~1 KB as tunekit writes them), as the nearest-entry
+# scan reads it; a larger one is skipped there, so a scan's memory is bounded by the rows of its scope.
+MAX_SCOPE_ROW_CHARS = 2**16
 _TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
@@ -138,6 +142,7 @@ class Store:
                 self._conn = conn
                 yield conn
                 conn.execute("COMMIT")
+                _SCOPES.pop(self.path, None)
         except (Refused, OSError, sqlite3.Error) as exc:
             why = explain(exc, True, TIMEOUT_S)
             raise CacheError(f"cannot write the cache store at {self.directory}: {why}") from None
@@ -186,12 +191,33 @@ class Store:
             return conn.execute("DELETE FROM entries WHERE digest = ?", (digest,)).rowcount > 0
 
     def entries(self) -> Iterator[Entry]:
+        yield from self._decoded(self._rows(None))
+
+    def _decoded(self, rows: list[tuple[Any, Any]]) -> list[Entry]:
+        found: list[Entry] = []
         seen: set[str] = set()
-        for digest, raw in self._rows(None):
+        for digest, raw in rows:
             entry = self._decode(digest, raw) if digest not in seen else None
             if entry is not None:
                 seen.add(digest)
-                yield entry
+                found.append(entry)
+        return found
+
+    def scope_entries(self, kernel: str, device_key: str) -> list[Entry]:
+        """The readable entries of one kernel on one device, without their trials: what the nearest-entry scan
+        looks at. SQLite selects the rows by the key their payload holds and drops the trials before any is
+        decoded, and the result is kept until the database file changes: the cost grows with what is relevant,
+        not with the store (an import of 20k entries for another device costs a new key nothing here)."""
+        if self._conn is not None:  # inside a transaction: its own writes, uncached
+            return self._decoded(self._rows(None, (kernel, device_key)))
+        signature = _file_signature(self.path)
+        cached = _SCOPES.get(self.path)
+        if cached is None or cached[0] != signature:
+            cached = _SCOPES[self.path] = (signature, {})
+        scoped = cached[1].get((kernel, device_key))
+        if scoped is None:
+            scoped = cached[1][(kernel, device_key)] = self._decoded(self._rows(None, (kernel, device_key)))
+        return list(scoped)
 
     def related(self, key: CacheKey) -> list[Entry]:
         """Entries of the same kernel and problem that this key may not serve: another kernel source or device.
@@ -242,23 +268,30 @@ class Store:
         finally:
             conn.close()
 
-    def _rows(self, digest: str | None) -> list[tuple[Any, Any]]:
-        """(digest, payload) rows: every row, or those of one digest. A payload that is not text, or is too large
-        to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded, so no
-        read stays open while a caller writes."""
-        query = (
-            "SELECT digest, typeof(payload), "
-            f"CASE WHEN typeof(payload) = 'text' AND length(payload) <= {MAX_PAYLOAD_CHARS} THEN payload END "
-            "FROM entries"
-        )
+    def _rows(self, digest: str | None, scope: tuple[str, str] | None = None) -> list[tuple[Any, Any]]:
+        """(digest, payload) rows: every row, those of one digest, or (`scope`: kernel, device key) the rows whose
+        payload is valid JSON with that key, their trials dropped by SQLite. A payload that is not text, or is too
+        large to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded, so
+        no read stays open while a caller writes."""
+        readable = f"typeof(payload) = 'text' AND length(payload) <= {MAX_PAYLOAD_CHARS}"
+        query = f"SELECT digest, typeof(payload), CASE WHEN {readable} THEN payload END FROM entries"
+        args: tuple[str, ...] = ()
+        if digest is not None:
+            query, args = query + " WHERE digest = ?", (digest,)
+        elif scope is not None:
+            light = "json_remove(payload, '$.trials')"
+            query = (
+                f"SELECT digest, 'text', CASE WHEN length({light}) <= {MAX_SCOPE_ROW_CHARS} THEN {light} END "
+                "FROM entries WHERE "
+                f"CASE WHEN {readable} AND json_valid(payload) THEN json_extract(payload, '$.key.kernel') = ? "
+                "AND json_extract(payload, '$.key.device_key') = ? ELSE 0 END"
+            )
+            args = scope
         try:
             with self._reader() as conn:
                 if conn is None:
                     return []
-                if digest is None:
-                    rows = conn.execute(query).fetchall()
-                else:
-                    rows = conn.execute(query + " WHERE digest = ?", (digest,)).fetchall()
+                rows = conn.execute(query, args).fetchall()
         except (Refused, OSError, sqlite3.Error) as exc:
             self._unreadable(exc)
             return []
@@ -312,6 +345,21 @@ class Store:
                 "re-tuning or importing the problem replaces it.",
             )
         return entry
+
+
+# Per database file: (its signature when read, {(kernel, device key): entries without trials}).
+_SCOPES: dict[Path, tuple[tuple[int, ...] | None, dict[tuple[str, str], list[Entry]]]] = {}
+
+
+def _file_signature(path: Path) -> tuple[int, ...] | None:
+    """What changes when the database file is written (by any process): its device, inode, size and times, and
+    SQLite's file change counter (header bytes 24-27, incremented by every committed write transaction)."""
+    try:
+        st = os.lstat(path)
+        counter = read_regular(str(path), 24, 4)
+    except (OSError, Refused):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, int.from_bytes(counter, "big"))
 
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
