@@ -207,3 +207,29 @@ def test_a_store_row_below_the_floor_is_never_served(time_ms):
         COUNTS["refused"] += 1
         store.put(_interpreter_entry(18.0))
         assert store.get(row.key).time_ms == 18.0
+
+
+# --- found beyond the issue: the view-kind fuzzer ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["permuted", "overlapping"])
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+def test_rotary_embedding_on_a_k_whose_output_layout_is_not_row_major(layout, unsqueeze_dim):
+    """rotary_embedding wrote its outputs in k's layout (empty_like), whose last dim is not unit-stride for a
+    fully permuted or overlapping k, while the kernel writes each head's D elements as one run: wrong values (off
+    by 2.1, or 1.7e29). The fuzzer's new view kinds found it."""
+    import math
+
+    from tunekit.kernels.rope import apply_rotary
+
+    g = torch.Generator().manual_seed(3)
+    shape = [1, 2, 1, 6] if unsqueeze_dim == 1 else [1, 1, 2, 6]
+    if layout == "permuted":
+        k = torch.randn(shape, generator=g).permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0)
+    else:
+        base = torch.randn(math.prod(shape[:-1]) + shape[-1], generator=g)
+        k = base.as_strided(shape, [*torch.empty(shape[:-1]).stride(), 1])
+    q = torch.randn(shape, generator=g)
+    cos, sin = torch.rand(1, 1, 6, generator=g), torch.rand(1, 1, 6, generator=g)
+    for _ in range(3):
+        _served(ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim), apply_rotary(q, k, cos, sin, unsqueeze_dim))

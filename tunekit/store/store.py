@@ -63,8 +63,10 @@ LEGACY_NAME = "cache.db"  # the diskcache store of earlier versions: never opene
 # The store's limits, read from this module at each use (tests lower them here): what reads them stays here.
 TIMEOUT_S = 60.0  # the longest wait for another process's lock
 MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's largest are well under 1 MiB)
-# A payload without its trials (key, best, device, provenance: ~1 KB as tunekit writes them), as the nearest-entry
-# scan reads it; a larger one is skipped there, so a scan's memory is bounded by the rows of its scope.
+# The nearest-entry scan reads rows up to 1 MiB (a few thousand trials; a tuning run writes hundreds), without
+# their trials, and those up to 64 KiB (key, best, device, provenance: ~1 KB as tunekit writes them): a larger row
+# is skipped there (still served by its own key), so SQLite parses at most 1 MiB of JSON per row of a scope.
+MAX_SCOPE_PAYLOAD_CHARS = 2**20
 MAX_SCOPE_ROW_CHARS = 2**16
 _TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
@@ -283,7 +285,8 @@ class Store:
             query = (
                 f"SELECT digest, 'text', CASE WHEN length({light}) <= {MAX_SCOPE_ROW_CHARS} THEN {light} END "
                 "FROM entries WHERE "
-                f"CASE WHEN {readable} AND json_valid(payload) THEN json_extract(payload, '$.key.kernel') = ? "
+                f"CASE WHEN typeof(payload) = 'text' AND length(payload) <= {MAX_SCOPE_PAYLOAD_CHARS} "
+                "AND json_valid(payload) THEN json_extract(payload, '$.key.kernel') = ? "
                 "AND json_extract(payload, '$.key.device_key') = ? ELSE 0 END"
             )
             args = scope
