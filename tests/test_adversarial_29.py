@@ -98,7 +98,7 @@ def _cli(*args: str):
 
     from tunekit.cli import app
 
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "400"})
 
 
 def _shipped_json(kernel: str) -> dict:
@@ -233,3 +233,21 @@ def test_rotary_embedding_on_a_k_whose_output_layout_is_not_row_major(layout, un
     cos, sin = torch.rand(1, 1, 6, generator=g), torch.rand(1, 1, 6, generator=g)
     for _ in range(3):
         _served(ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim), apply_rotary(q, k, cos, sin, unsqueeze_dim))
+
+
+def test_a_fleet_job_holding_a_lone_surrogate_fails_alone(tmp_path):
+    """Found: a lone surrogate in a job killed `tunekit worker` and `status --jobs`. Plans refuse it now; a job that
+    reaches the queue anyway (its API) fails as a job, and status prints it escaped."""
+    from tunekit.fleet.queue import Job, JobQueue
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    problem = {"rows": 8, "cols": 256, "dtype": "\ud800", "weight": True, "bias": True}
+    JobQueue(url).submit([Job("layernorm", problem, trials=1)])
+    COUNTS["tried"] += 1
+    result = _cli("worker", "--storage", url, "--max-jobs", "1")
+    assert result.exit_code == 0 and "Traceback" not in result.output, (result.output, result.exception)
+    result = _cli("status", "--storage", url, "--jobs")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "\ud800" not in result.output and "\\ud800" in result.output
+    result.output.encode("utf-8")
+    COUNTS["refused"] += 1
