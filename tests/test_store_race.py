@@ -69,3 +69,52 @@ def test_a_swap_on_first_write_creates_nothing_outside(isolated_cache, tmp_path,
     with pytest.raises(CacheError):
         store.put(make_entry(fingerprint(), 0.5))
     assert os.listdir(outside) == []
+
+
+def test_a_real_race_writes_nothing_outside(isolated_cache, tmp_path, toy):
+    """The adversary's loop: another thread swaps store.sqlite3 for a symlink (to a new path, and to an existing
+    tunekit database outside) and back, as fast as it can, while this one writes. Every write lands in the store
+    or is refused; nothing outside is created or changed."""
+    import threading
+    import time
+
+    outside = tmp_path / "outside"
+    Store(outside).put(make_entry(fingerprint(), 3.0))
+    existing = (outside / DB_NAME).read_bytes()
+    db, kept = isolated_cache / DB_NAME, isolated_cache / "kept"
+    store = Store()
+    store.put(make_entry(fingerprint(), 1.0))
+    stop = threading.Event()
+
+    def swap() -> None:
+        targets = [outside / "new.sqlite3", outside / DB_NAME]
+        i = 0
+        while not stop.is_set():
+            try:
+                os.rename(db, kept)
+                db.symlink_to(targets[i % 2])
+                time.sleep(0.0005)
+                db.unlink()
+                os.rename(kept, db)
+            except OSError:
+                pass
+            i += 1
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    written = refused = 0
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            store.put(make_entry(fingerprint(), 0.5 + written * 1e-3, block=8))
+            written += 1
+        except CacheError:
+            refused += 1
+    stop.set()
+    swapper.join()
+    if db.is_symlink():
+        db.unlink()
+    if kept.exists():
+        os.rename(kept, db)
+    assert written + refused > 20
+    assert sorted(os.listdir(outside)) == [DB_NAME] and (outside / DB_NAME).read_bytes() == existing
