@@ -80,15 +80,18 @@ def test_show_is_linear_in_the_store(toy, monkeypatch):
     assert time.perf_counter() - started < 20
 
 
-def test_the_nearest_scan_never_decodes_trials(toy, monkeypatch):
-    """Rows of this kernel and device holding many trials (up to the payload cap): the scan reads their keys and
-    bests only."""
-    _plant_many(toy, fingerprint(), 20, trials=2000)  # ~200 KB each
+def test_the_nearest_scan_skips_rows_larger_than_tunekit_writes(toy, monkeypatch):
+    """Rows of this kernel and device holding megabytes of trials: the scan never loads them (their own key still
+    serves them), and what it keeps holds no trials."""
+    _plant_many(toy, fingerprint(), 5, trials=10_000)  # ~2 MiB each
+    _plant_many(toy, fingerprint(), 3, trials=10)
     sizes: list[int] = []
     parse = payload_mod.parse_payload
     monkeypatch.setattr(store_mod, "parse_payload", lambda d, raw: (sizes.append(len(raw)), parse(d, raw))[1])
-    resolve(toy, {"rows": 3, "cols": 32, "dtype": "float32"}, fingerprint(), Store())
-    assert sizes and max(sizes) < 5000, max(sizes)
+    store = Store()
+    resolve(toy, {"rows": 3, "cols": 32, "dtype": "float32"}, fingerprint(), store)
+    assert sizes and max(sizes) <= store_mod.MAX_SCOPE_PAYLOAD_CHARS, max(sizes)
+    assert all(not e.trials for e in store.scope_entries("toy", fingerprint().key))
 
 
 def test_crafted_large_rows_cost_an_op_call_little(toy, monkeypatch):

@@ -9,6 +9,11 @@ What it promises (tests/test_store.py, test_cache_integrity.py, test_concurrency
   regular file with one link (never a FIFO, which would hang the open, a device, a directory or a symlink or hard
   link, through which a write would reach a file outside the store); the database is in rollback-journal mode
   (tunekit never uses WAL, whose -wal and -shm files SQLite would open too) and holds only tunekit's table.
+- Check and use are the same file: a write opens (and creates) the database itself with O_NOFOLLOW, checks that
+  descriptor, lets SQLite open it without creating, and writes nothing unless SQLite's write lock is on that
+  descriptor's file (file_safety.holds_write_lock). A swap for a symlink in between writes nothing anywhere.
+- The nearest-entry scan reads one kernel's entries on one device (`scope_entries`: selected by SQLite, kept
+  without their trials until the file changes), so its cost grows with what is relevant, not with the store.
 - Many processes may read and write at once: `put` is a read-merge-write inside one write transaction
   (BEGIN IMMEDIATE), so no concurrent writer's trials are lost and the faster best is kept per key. Waits for a lock
   are bounded (60 s), then a CacheError says so.
@@ -37,6 +42,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +69,9 @@ LEGACY_NAME = "cache.db"  # the diskcache store of earlier versions: never opene
 # The store's limits, read from this module at each use (tests lower them here): what reads them stays here.
 TIMEOUT_S = 60.0  # the longest wait for another process's lock
 MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's largest are well under 1 MiB)
-# The nearest-entry scan reads rows up to 1 MiB (a few thousand trials; a tuning run writes hundreds), without
-# their trials, and those up to 64 KiB (key, best, device, provenance: ~1 KB as tunekit writes them): a larger row
-# is skipped there (still served by its own key), so SQLite parses at most 1 MiB of JSON per row of a scope.
+# The nearest-entry scan reads rows up to 1 MiB (a few thousand trials; a tuning run writes hundreds): a larger row
+# is skipped there (still served by its own key), so it parses at most 1 MiB of JSON per row of its scope.
 MAX_SCOPE_PAYLOAD_CHARS = 2**20
-MAX_SCOPE_ROW_CHARS = 2**16
 _TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
@@ -206,10 +210,11 @@ class Store:
         return found
 
     def scope_entries(self, kernel: str, device_key: str) -> list[Entry]:
-        """The readable entries of one kernel on one device, without their trials: what the nearest-entry scan
-        looks at. SQLite selects the rows by the key their payload holds and drops the trials before any is
-        decoded, and the result is kept until the database file changes: the cost grows with what is relevant,
-        not with the store (an import of 20k entries for another device costs a new key nothing here)."""
+        """The readable entries of one kernel on one device, kept without their trials: what the nearest-entry
+        scan looks at. SQLite selects the rows (up to MAX_SCOPE_PAYLOAD_CHARS) by the key their payload holds
+        before any is decoded, each is validated as every read validates it, and the result is kept until the
+        database file changes: the cost grows with what is relevant, not with the store (an import of 20k
+        entries for another device costs a new key nothing here)."""
         if self._conn is not None:  # inside a transaction: its own writes, uncached
             return self._decoded(self._rows(None, (kernel, device_key)))
         signature = _file_signature(self.path)
@@ -218,7 +223,8 @@ class Store:
             cached = _SCOPES[self.path] = (signature, {})
         scoped = cached[1].get((kernel, device_key))
         if scoped is None:
-            scoped = cached[1][(kernel, device_key)] = self._decoded(self._rows(None, (kernel, device_key)))
+            rows = self._rows(None, (kernel, device_key))
+            scoped = cached[1][(kernel, device_key)] = [replace(e, trials=()) for e in self._decoded(rows)]
         return list(scoped)
 
     def related(self, key: CacheKey) -> list[Entry]:
@@ -271,20 +277,18 @@ class Store:
             conn.close()
 
     def _rows(self, digest: str | None, scope: tuple[str, str] | None = None) -> list[tuple[Any, Any]]:
-        """(digest, payload) rows: every row, those of one digest, or (`scope`: kernel, device key) the rows whose
-        payload is valid JSON with that key, their trials dropped by SQLite. A payload that is not text, or is too
-        large to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded, so
-        no read stays open while a caller writes."""
+        """(digest, payload) rows: every row, those of one digest, or (`scope`: kernel, device key) the rows of at
+        most MAX_SCOPE_PAYLOAD_CHARS whose payload is valid JSON with that key. A payload that is not text, or is
+        too large to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded,
+        so no read stays open while a caller writes."""
         readable = f"typeof(payload) = 'text' AND length(payload) <= {MAX_PAYLOAD_CHARS}"
         query = f"SELECT digest, typeof(payload), CASE WHEN {readable} THEN payload END FROM entries"
         args: tuple[str, ...] = ()
         if digest is not None:
             query, args = query + " WHERE digest = ?", (digest,)
         elif scope is not None:
-            light = "json_remove(payload, '$.trials')"
             query = (
-                f"SELECT digest, 'text', CASE WHEN length({light}) <= {MAX_SCOPE_ROW_CHARS} THEN {light} END "
-                "FROM entries WHERE "
+                "SELECT digest, 'text', payload FROM entries WHERE "
                 f"CASE WHEN typeof(payload) = 'text' AND length(payload) <= {MAX_SCOPE_PAYLOAD_CHARS} "
                 "AND json_valid(payload) THEN json_extract(payload, '$.key.kernel') = ? "
                 "AND json_extract(payload, '$.key.device_key') = ? ELSE 0 END"
