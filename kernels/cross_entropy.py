@@ -329,6 +329,7 @@ SPEC = KernelSpec.of_module(
     description="cross entropy loss and its gradient in one forward over 2-D logits (fp32 math; single, online)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "reduction"),
+    problem_values={"reduction": REDUCTIONS},
     # Losses are O(1..20), gradients O(1) (sum, none) or O(1 / rows) (mean): fp32 differs from the fp64
     # reference by exp2/log approximations and summation order (~1e-6 relative); fp16/bf16 round the result once.
     # The half atols admit torch's baseline, whose backward rounds log-probabilities of ~-10 to fp16/bf16 first

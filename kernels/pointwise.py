@@ -48,7 +48,7 @@ from tunekit.kernels.common import (
     torch_activation,
     warps_for,
 )
-from tunekit.kernels.pointwise_model import MODEL
+from tunekit.kernels.pointwise_model import ACTIVATION_OPS, MODEL
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.pointwise import MIN_BLOCK, SPACE, problem_rows
 
@@ -352,6 +352,7 @@ SPEC = KernelSpec.of_module(
     description="Fused y = act(x * scale + bias) + residual in one pass (relu, gelu, gelu_tanh, silu, ...)",
     space=SPACE,
     problem_fields=("numel", "cols", "aligned16", "dtype", "activation", "has_bias", "has_residual"),
+    problem_values={"cols": range(0, 2**40), "activation": tuple(ACTIVATION_OPS)},  # cols 0: no bias (flat)
     # fp16/bf16: both sides round a value to the output dtype once. fp32: exp and erf differ from float64 by a
     # few ulp, and 1 + erf(v) cancels in gelu's negative tail (abs error ~1e-7 * |v|).
     tolerances=rounded_once(Tolerance(atol=1e-5, rtol=1e-5), float16_atol=1e-3, bfloat16_atol=1e-2),

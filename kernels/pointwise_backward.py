@@ -397,6 +397,7 @@ SPEC = KernelSpec.of_module(
     description="Backward of act(x * scale + bias) + residual in one pass: d_input, d_bias (relu, gelu, silu, ...)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "activation", "bias"),
+    problem_values={"activation": tuple(ACTIVATION_OPS)},
     tolerances=TOLERANCES,
     version=1,
     shape_help=(

@@ -418,6 +418,7 @@ SPEC = KernelSpec.of_module(
     description="sum / mean / max (+ indices) over the last dim or a leading/middle dim, fp32 accumulation",
     space=SPACE,
     problem_fields=("op", "axis", "batch", "rows", "cols", "dtype"),
+    problem_values={"op": OPS, "axis": AXES},
     # Max values are exact. Sums and means differ from the fp64 reference by fp32 accumulation (~1e-7 relative
     # per element, a few 1e-6 over 16Ki terms) and, for fp16/bf16, by one rounding of the result. Inputs have
     # mean 0.5, so sums are far from cancelling to zero. Max indices (float64 in the spec) are compared with the

@@ -646,3 +646,107 @@ def test_linear_and_matmul_train_instead_of_detaching():
     with torch.no_grad():  # no grad mode: nothing to detach from
         assert not ops.linear(a, w).requires_grad
     assert not ops.linear(a.detach(), w).requires_grad
+
+
+# --- every view kind torch has ---------------------------------------------------------------------------------------
+#
+# A kernel reads raw memory, so what matters is how a tensor's values sit there. Besides the layouts above: torch's
+# negative bit (`torch._neg_view`, and `.imag` of a conjugated complex tensor, public API, no copy: memory holds the
+# negated values), the conjugate bit (complex: the ops refuse the dtype), the real part of a complex tensor (stride
+# 2), a diagonal, windows that overlap in memory (unfold-like as_strided), every dim permuted, a select from a
+# broadcast, a storage offset of one element (misaligned), channels_last (4-d), and tensors without plain strided
+# storage (sparse COO, nested), which the ops refuse with a clear error.
+
+VIEW_KINDS = [
+    "neg_bit", "conj_imag", "conj_real", "diagonal", "overlapping", "permuted", "broadcast_select", "misaligned",
+    "channels_last", "conj_complex", "sparse", "nested",
+]  # fmt: skip
+
+
+def _view_of(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """`t`'s values (or, for overlapping windows and the refused kinds, values of its shape) held the `kind` way."""
+    if t.device.type == "meta" or t.dtype == torch.bool:
+        return t
+    shape = list(t.shape)
+    if kind == "neg_bit":
+        return torch._neg_view(-t)
+    if kind in ("conj_imag", "conj_real", "conj_complex"):
+        if t.dtype not in (torch.float32, torch.float64):
+            return torch._neg_view(-t)  # no complex dtype to hold it: the negative bit alone
+        if kind == "conj_imag":  # conj(0 - i t) = 0 + i t: .imag is t, with the negative bit over -t in memory
+            return torch.complex(torch.zeros_like(t), -t).conj().imag
+        z = torch.complex(t, torch.ones_like(t)).conj()
+        return z.real if kind == "conj_real" else z
+    if kind == "diagonal" and shape:
+        base = torch.zeros([*shape, shape[-1]], dtype=t.dtype)
+        view = base.diagonal(dim1=-2, dim2=-1)
+        view.copy_(t)
+        return view
+    if kind == "overlapping" and len(shape) >= 2 and t.numel():
+        rows = math.prod(shape[:-1])
+        base = torch.randn(rows + shape[-1], generator=torch.Generator().manual_seed(7)).to(t.dtype)
+        row_strides = torch.empty(shape[:-1]).stride()
+        return base.as_strided(shape, [*row_strides, 1])  # row r starts at element r: rows overlap
+    if kind == "permuted" and len(shape) >= 2:
+        order = list(reversed(range(len(shape))))
+        return t.permute(order).contiguous().permute(order)
+    if kind == "broadcast_select":
+        return t.unsqueeze(0).expand(2, *shape)[1]
+    if kind == "misaligned" and t.numel():
+        flat = torch.empty(t.numel() + 1, dtype=t.dtype)
+        flat[1:].copy_(t.reshape(-1))
+        return flat[1:].view(shape)
+    if kind == "channels_last" and len(shape) == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if kind == "sparse" and shape:
+        return t.to_sparse()
+    if kind == "nested" and len(shape) >= 2 and t.dtype.is_floating_point:
+        return torch.nested.nested_tensor(list(t.unbind(0)))
+    return t
+
+
+@pytest.mark.parametrize("name", ops.__all__)
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), grad=st.booleans(), seed=st.integers(0, 2**16))
+@pytest.mark.filterwarnings("ignore::UserWarning")  # nested tensors are a prototype
+def test_every_op_on_every_view_kind(name, data, grad, seed):
+    """Each tensor of a drawn call held as one of torch's view kinds: torch's answer (gradients included), or a
+    clear TunekitError. Never the un-negated values of a negative-bit view."""
+    call = data.draw(CASES[name](), label=name)
+    kinds = {key: data.draw(st.sampled_from(VIEW_KINDS), label=f"{key} view") for key in call.tensors}
+    call.tensors = {key: None if t is None else _view_of(t, kinds[key]) for key, t in call.tensors.items()}
+    if any(t is not None and (t.is_sparse or t.is_nested or t.is_complex()) for t in call.tensors.values()):
+        # The float64 reference cannot take these: tunekit refuses them, or gives torch's own answer on them.
+        try:
+            got = call.run(call.tensors)
+        except TunekitError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            return
+        want = _torch_or_none(lambda: call.reference(call.tensors))
+        assert want is not None, f"tunekit computed where torch refuses ({kinds})"
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            w = w.to(g.dtype)  # the reference may run wider (float64 cos and sin)
+            assert g.shape == w.shape and torch.allclose(g, w, 1e-3, 1e-3, equal_nan=True), f"not torch's ({kinds})"
+        return
+    _check_call(call, grad, seed)
+
+
+@pytest.mark.parametrize("name", ops.__all__)
+@settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_plan_never_reads_a_negated_view_raw(name, data):
+    """The hot path replays a call by its signature: a negative-bit view with the shape, strides and dtype of the
+    tensors a plan was built for must not be replayed raw (its memory holds the negated values)."""
+    call = data.draw(CASES[name](), label=name)
+    plain = {k: t if t is None or t.device.type == "meta" else t.contiguous() for k, t in call.tensors.items()}
+    negated = {k: t if t is None or not t.dtype.is_floating_point else torch._neg_view(-t) for k, t in plain.items()}
+    try:
+        for _ in range(3):  # full path, watched (the plan is built), replayed
+            want = call.run(plain)
+    except TunekitError:
+        return
+    got = call.run(negated)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(0), w.nan_to_num(0)), (
+            f"{name} on a negative-bit view differs from the same values without the bit"
+        )

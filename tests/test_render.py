@@ -15,6 +15,7 @@ from tunekit.core.device import fingerprint
 from tunekit.core.render import markup, plain
 from tunekit.fleet.queue import JobQueue
 from tunekit.store.database import document
+from tunekit.store.entry import Entry
 from tunekit.store.store import Store
 
 runner = CliRunner()
@@ -59,15 +60,18 @@ def test_plain_names_each_control_character():
     assert markup("[/nope]") == "\\[/nope]"
 
 
-def _hostile_entries(toy):
-    """Entries of foreign devices whose names (and problem dtype strings) hold markup and control sequences:
-    valid by every import rule (the device object is the one each key names)."""
+def _hostile_entries(toy, in_problem: bool = False):
+    """Entries of foreign devices whose names hold markup and control sequences: valid by every import rule (the
+    device object is the one each key names). `in_problem`: their problem dtype strings too, which only an entry of
+    another kernel source can hold (import and the store refuse problems the kernel does not declare)."""
     entries = []
     for i, name in enumerate(HOSTILE):
         device = dataclasses.replace(fingerprint(), name=name)
         e = toy_entry(toy, device, 1.0 + i, rows=1 << i)
         data = e.to_json()
-        data["key"]["problem"]["dtype"] = name
+        if in_problem:
+            data["key"]["problem"]["dtype"] = name
+            data["key"]["source_hash"] = "0123456789abcdef"
         entries.append(data)
     return entries
 
@@ -77,13 +81,17 @@ def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
     path.write_text(json.dumps(document([]) | {"entries": _hostile_entries(toy)}))
     result = run("import", str(path))
     assert result.exit_code == 0 and f"{len(HOSTILE)} added" in result.output, result.output
+    with Store() as store:
+        for data in _hostile_entries(toy, in_problem=True):
+            store.put(Entry.from_json(data))
     for args in (["show"], ["show", "--kernel", "toy"]):
         result = run(*args)
         assert result.exit_code == 0, result.output
         assert ESC not in result.output and "\x07" not in result.output and "\u202e" not in result.output
         assert "[/nope]" in result.output and "[bold red]loud[/bold red]" in result.output
         assert "\\x1b[2J\\x1b[H wiped" in result.output and "\\x1b]0;pwned\\x07" in result.output
-        assert f"{len(HOSTILE)} entries" in result.output
+        assert "dtype=[/nope]" in result.output and "dtype=\\x1b[2J\\x1b[H wiped" in result.output
+        assert f"{2 * len(HOSTILE)} entries" in result.output
 
 
 def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
@@ -122,5 +130,25 @@ def test_export_and_import_messages_escape_paths(toy, tmp_path):
 def test_a_plan_file_s_problems_print_as_themselves(toy, tmp_path):
     plan = tmp_path / "plan.jsonl"
     plan.write_text(json.dumps({"kernel": "toy", "problem": {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[2J"}}) + "\n")
-    result = run("plan", str(plan))
-    assert result.exit_code == 0 and "dtype=[/nope]\\x1b[2J" in result.output and ESC not in result.output
+    result = run("plan", str(plan))  # not a dtype of the toy kernel: refused, quoting it as itself
+    assert result.exit_code == 1 and "[/nope]\\x1b[2J" in result.output and ESC not in result.output
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\u061c", "\\u061c"),  # ARABIC LETTER MARK (Cf, bidi)
+        ("a\U000e0041b", "a\\U000e0041b"),  # TAG LATIN CAPITAL LETTER A (Cf)
+        ("\ud800", "\\ud800"),  # a lone surrogate (Cs): printing it raised UnicodeEncodeError
+        ("\ue000", "\\ue000"),  # private use (Co)
+        ("x\u2028y\u2029", "x\\u2028y\\u2029"),  # line and paragraph separators (Zl, Zp)
+        ("\u00ad", "\\xad"),  # soft hyphen (Cf)
+        ("\U000f0000", "\\U000f0000"),  # supplementary private use (Co)
+        ("é漢字 ok", "é漢字 ok"),  # letters stay as they are
+    ],
+)
+def test_every_invisible_character_category_is_escaped(raw, shown):
+    """Issue 29: U+061C and U+E0041 printed raw; a lone surrogate made `show` raise. Categories Cc, Cf, Co, Cs, Zl
+    and Zp are escaped, and the result always encodes as UTF-8."""
+    assert plain(raw) == shown
+    plain(raw).encode("utf-8")

@@ -72,6 +72,7 @@ SPEC = KernelSpec.of_module(
     shape_help="MxNxK, e.g. 4096x4096x4096 (A [M, K] @ B [K, N], both row-major)",
     model=MODEL,
     dependent_params=frozenset({"SPLIT_K", "GROUP_M"}),
+    problem_values={"a_layout": LAYOUTS, "b_layout": LAYOUTS, "activation": ACTIVATIONS},
 )
 
 __all__ = [

@@ -8,7 +8,6 @@ control characters become escapes, and the CLI prints it with rich markup off.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -194,32 +193,19 @@ class Listing:
     unknown: int  # entries of kernels this tunekit does not register (not listed)
 
 
-class _Snapshot:
-    """The store read once, for resolving many problems (dispatch.resolve reads `get` and `entries`)."""
-
-    def __init__(self, entries: list[Entry]) -> None:
-        self._entries = entries
-        self._by_key = {e.key: e for e in entries}
-
-    def get(self, key: Any) -> Entry | None:
-        return self._by_key.get(key)
-
-    def entries(self) -> Iterator[Entry]:
-        return iter(self._entries)
-
-
 def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, shipped: bool) -> Listing:
     """The cache's entries, then (with `shipped`) the shipped databases', each with the dispatch layer that serves
     its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
     from tunekit.core.errors import UnknownKernelError
     from tunekit.core.registry import get_spec
     from tunekit.runtime import version_policy
-    from tunekit.runtime.dispatch import resolve, why_not_served
-    from tunekit.store.database import shipped_entries
+    from tunekit.runtime.dispatch import why_not_served
+    from tunekit.store.database import served_layer, shipped_entries
+    from tunekit.store.snapshot import Snapshot
     from tunekit.store.user_entries import is_user_kernel
 
     local = sorted(store.entries(), key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest))
-    snapshot = cast("Store", _Snapshot(local))
+    snapshot = cast("Store", Snapshot(local))
     sources = [("cache", local)]
     if shipped:
         sources.append(
@@ -241,7 +227,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
                 with version_policy.no_checks():  # show reports what was checked; it runs nothing
-                    layer = served[(e.key.kernel, e.key.problem)] = resolve(spec, problem, device, snapshot).layer
+                    layer = served[(e.key.kernel, e.key.problem)] = served_layer(spec, problem, device, snapshot)
             why_not = why_not_served(e, device)
             if source == "shipped" and why_not.startswith("stale: measured") and e.key.source_hash == spec.source_hash:
                 why_not = version_policy.describe(e, device)

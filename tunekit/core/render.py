@@ -4,9 +4,10 @@ A cache entry, an imported database or a fleet storage can hold any string: devi
 fields, job errors, worker names. Printed raw, `[/nope]` breaks rich's markup parser (a MarkupError on every
 `show`), and an ANSI escape reaches the terminal (moving the cursor, rewriting what was printed, setting the
 window title). So:
-- `plain(value)`: control characters (C0, DEL, C1 with ESC among them) and the invisible format characters that
-  reorder or hide text (bidi overrides, zero-width spaces, the BOM) are shown as `\\xNN` / `\\uNNNN` escapes;
-  for output printed without markup (`print`, `Console.print(markup=False)`, one-line errors).
+- `plain(value)`: every character of Unicode categories Cc, Cf, Co, Cs, Zl and Zp (controls, ESC among them; the
+  invisible format characters that reorder or hide text: bidi marks and overrides, zero-width spaces, the BOM, tag
+  characters; private use; lone surrogates; line and paragraph separators) is shown as a `\\xNN` / `\\uNNNN` /
+  `\\UNNNNNNNN` escape; for output printed without markup (`print`, `Console.print(markup=False)`, errors).
 - `markup(value)`: `plain`, then rich's markup escape; for everything rich parses (table cells, console.print).
 - `brief(value)`: a bad value quoted in a one-line error message: its repr (which escapes control characters), cut
   short (a hostile file may hold megabytes in one field).
@@ -15,23 +16,50 @@ window title). So:
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from rich.markup import escape as _escape_markup
 
-__all__ = ["brief", "markup", "plain"]
+__all__ = ["all_text", "brief", "markup", "plain"]
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_UNSAFE_ASCII = re.compile("[\x00-\x1f\x7f]")
+# Controls (C0, DEL, C1 with ESC among them), format characters (bidi marks and overrides, zero-width spaces, the
+# BOM, tag characters), private use, lone surrogates (which no terminal can encode), line and paragraph separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Zl", "Zp"})
 
 
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def plain(value: object) -> str:
-    """`value` as text with every control and invisible format character written as an escape."""
+    """`value` as text with every control, format, private-use, surrogate and line/paragraph separator character
+    (Unicode categories Cc, Cf, Co, Cs, Zl, Zp) written as an escape: it prints as itself and encodes as UTF-8."""
     text = value if isinstance(value, str) else str(value)
-    return _UNSAFE.sub(_visible, text)
+    if text.isascii():
+        return _UNSAFE_ASCII.sub(lambda match: _escape(match.group()), text)
+    category = unicodedata.category
+    return "".join(_escape(c) if category(c) in _UNSAFE_CATEGORIES else c for c in text)
+
+
+def all_text(value: object) -> bool:
+    """Whether every string in `value` (a JSON value: nested lists and dicts, keys included) is valid Unicode
+    text: no lone surrogate, which JSON's `\\ud800` escapes can carry and UTF-8 cannot encode."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def markup(value: object) -> str:

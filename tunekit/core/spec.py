@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,10 @@ class KernelSpec:
     # entry torch beat, a demoted entry). Declared here, not registered by the op when imported: a problem resolves
     # to the same layer in every process, whatever it imported (`tunekit show` imports no op).
     torch_fallback: bool = False
+    # The values a problem field may take, where not every value of its type is a problem: a tuple of values (a
+    # layout, an activation) or a range of ints (a size that may be 0). Undeclared: dtype is one of `tolerances`,
+    # an int field a size in [1, 2^40) (tunekit/core/problems.py checks every problem that enters by these).
+    problem_values: Mapping[str, tuple[Value, ...] | range] = field(default_factory=dict)
 
     @classmethod
     def of_module(cls, module: str, **declared: Any) -> KernelSpec:

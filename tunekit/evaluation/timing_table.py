@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,11 +142,38 @@ def save_tables(path: Path, tables: Sequence[TimingTable]) -> None:
         f.write(json.dumps(document, separators=(",", ":"), allow_nan=False).encode())
 
 
+# The largest shipped table decompresses to 0.5 MB: 64 MiB is room for a hundred times that, and far from memory.
+MAX_DECOMPRESSED_BYTES = 64 << 20
+_CHUNK_BYTES = 1 << 20
+
+
+def _read_gzip(path: Path) -> bytes:
+    """The decompressed bytes of a regular file (never a FIFO, device or directory, opened without blocking),
+    refused past MAX_DECOMPRESSED_BYTES without decompressing more than that."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TunekitError(f"cannot read timing tables from {path}: not a regular file")
+    with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
+        chunks, size = [], 0
+        while size <= MAX_DECOMPRESSED_BYTES:
+            chunk = f.read(min(_CHUNK_BYTES, MAX_DECOMPRESSED_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > MAX_DECOMPRESSED_BYTES:
+        raise TunekitError(
+            f"cannot read timing tables from {path}: it decompresses to larger than "
+            f"{MAX_DECOMPRESSED_BYTES >> 20} MiB, the most a timing-table file may hold"
+        )
+    return b"".join(chunks)
+
+
 def load_tables(path: Path) -> list[TimingTable]:
     try:
-        with gzip.open(path, "rb") as f:
-            document = json.loads(f.read())
-    except (OSError, ValueError) as exc:
+        document = json.loads(_read_gzip(path))
+    except (OSError, EOFError, ValueError, RecursionError) as exc:
         raise TunekitError(f"cannot read timing tables from {path}: {exc}") from exc
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise TunekitError(f"{path} is not a tunekit timing-table file")

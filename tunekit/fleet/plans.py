@@ -4,10 +4,13 @@ and `tunekit record`'s suite plans), checked the way an imported database entry 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
+from tunekit.core.problems import problem_error
+from tunekit.core.render import all_text
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
@@ -15,14 +18,18 @@ from tunekit.store.user_entries import is_user_kernel
 
 
 def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
-    """A problem dict with exactly the spec's fields, each a string, bool or int."""
-    if not isinstance(problem, dict) or sorted(problem) != sorted(spec.problem_fields):
-        got = sorted(problem) if isinstance(problem, dict) else type(problem).__name__
-        raise TunekitError(f"a {spec.name} problem has exactly the fields {sorted(spec.problem_fields)}, but got {got}")
-    for name, value in problem.items():
-        if not isinstance(value, (str, bool, int)):
-            raise TunekitError(f"{spec.name} problem field {name!r} must be a string, bool or int, but got {value!r}")
+    """A problem of `spec`, as its declaration allows (tunekit.core.problems); else a one-line TunekitError."""
+    error = problem_error(spec, problem)
+    if error is not None:
+        raise TunekitError(error)
     return dict(problem)
+
+
+def checked_items(plan: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, dict[str, Value]]]:
+    """Each (kernel, problem) of a plan about to be written, checked by its kernel's declaration."""
+    from tunekit.core.registry import get_spec
+
+    return [(kernel, check_problem(get_spec(kernel), dict(problem))) for kernel, problem in plan]
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -45,6 +52,8 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
 
     if not isinstance(data, dict) or not isinstance(data.get("kernel"), str):
         raise TunekitError('each item must be an object with a "kernel" name')
+    if not all_text(data):
+        raise TunekitError("a string in it is not valid Unicode text (a lone surrogate such as \\ud800)")
     if is_user_kernel(data["kernel"]):
         return user_plan_item(data)  # checked as data: the kernel is imported only by `tune --plan`
     spec = get_spec(data["kernel"])
@@ -88,6 +97,8 @@ def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
             items = list(enumerate(json.loads(text), 1))
         except ValueError as exc:
             raise TunekitError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise TunekitError(f"{path} is not a plan: nested too deeply") from None
         where = "item"
     else:
         for number, line in enumerate(text.splitlines(), 1):
@@ -96,6 +107,8 @@ def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
                     items.append((number, json.loads(line)))
                 except ValueError as exc:
                     raise TunekitError(f"{path} line {number}: not valid JSON: {exc}") from None
+                except RecursionError:
+                    raise TunekitError(f"{path} line {number}: not a plan item: nested too deeply") from None
         where = "line"
     plan: dict[str, tuple[str, dict[str, Value]]] = {}
     for number, data in items:

@@ -15,7 +15,7 @@ from tunekit.core.spec import Inputs, KernelSpec, Outputs
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime.dispatch import TORCH, Dispatcher
 from tunekit.runtime.eager_autograd import SetupContext, eager_function
-from tunekit.runtime.hotpath import hot_path
+from tunekit.runtime.hotpath import hot_path, readable
 
 GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
 
@@ -33,7 +33,10 @@ def dispatch_launch(kernel: Dispatcher, inputs: Inputs, outputs: Outputs) -> boo
 
 def launch_on_their_device(spec: KernelSpec, config: Config, inputs: Inputs, outputs: Outputs) -> None:
     """Launch on the outputs' GPU. Triton launches on the current device, while torch's ops follow their tensors
-    (a DeviceGuard): a call for another GPU than the current one sets that GPU around the launch, as torch does."""
+    (a DeviceGuard): a call for another GPU than the current one sets that GPU around the launch, as torch does.
+    Inputs with torch's negative or conjugate bit (a view derived inside the op keeps them) are resolved first: the
+    kernel reads raw memory."""
+    inputs = tuple(map(readable, inputs))  # type: ignore[assignment]
     out = outputs[0]
     if out.is_cuda and out.get_device() != torch.cuda.current_device():
         with torch.cuda.device(out.device):

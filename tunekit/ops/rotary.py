@@ -122,13 +122,21 @@ def _checked_views(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim
     return views, heads_dim
 
 
+def _output_like(t: Tensor) -> Tensor:
+    """A new tensor in t's layout (empty_like keeps a dense input's strides), row-major where that layout's last
+    dim is not unit-stride (a permuted or overlapping input): the kernel writes each head's D elements as one
+    contiguous run."""
+    out = torch.empty_like(t)
+    return out if out.stride(-1) == 1 or out.shape[-1] <= 1 else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
 def _run(
     kernel: Any, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int, adjoint: bool
 ) -> tuple[Tensor, Tensor]:
     """The forward (or backward, on the gradients) kernel into new tensors in q's and k's layout; torch's formula
     where dispatch serves torch."""
     views, heads_dim = _checked_views(q, k, cos, sin, unsqueeze_dim)
-    outputs = (torch.empty_like(q), torch.empty_like(k))
+    outputs = (_output_like(q), _output_like(k))
     if dispatch_launch(kernel, views, (_as_rows(outputs[0], heads_dim), _as_rows(outputs[1], heads_dim))):
         return outputs
     c, s = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
@@ -149,7 +157,7 @@ def _rotary_backward(
 def _like_inputs(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> tuple[Tensor, Tensor]:
     """Both ops' fake: new tensors in the layout of the first two arguments."""
     _checked_views(q, k, cos, sin, unsqueeze_dim)
-    return torch.empty_like(q), torch.empty_like(k)
+    return _output_like(q), _output_like(k)
 
 
 _rotary_op = torch.library.custom_op("tunekit::rotary_embedding", _rotary, mutates_args=())

@@ -30,7 +30,7 @@ from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
 from tunekit.runtime import hotpath, recorder, version_policy
 from tunekit.store import database
-from tunekit.store.database import shipped_entries
+from tunekit.store.database import shipped_entries, shipped_scope
 from tunekit.store.entry import DEMOTED, Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
@@ -86,8 +86,8 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
         return _tuned(spec, "shipped", entry, device)
     if spec.torch_fallback and not device.is_interpreter and settings.untuned() == "torch":
         return Resolution("torch", TORCH)
-    local = list(store.entries()) if store is not None else []
-    entry = nearest_entry(spec, problem, device, [*local, *shipped.values()])
+    local = store.scope_entries(spec.name, device.key) if store is not None else []
+    entry = nearest_entry(spec, problem, device, [*local, *shipped_scope(spec.name, device.key)])
     if entry is not None:
         return Resolution("nearest", entry.config, entry)
     from tunekit.tuning.untuned import model_pick  # the model: only where Triton serves untuned problems

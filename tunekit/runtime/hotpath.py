@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from tunekit.core.errors import InvalidInputError
 from tunekit.core.launch_plan import TorchCall, build_plan
 from tunekit.core.launch_watch import Watch, watching
 from tunekit.runtime import compile_policy, recorder
@@ -66,7 +67,20 @@ def _signature(
         if isinstance(value, tensor):
             pointer = value.data_ptr()
             pointers.append(pointer)
-            append((value.shape, value.stride(), value.dtype, value.device, pointer & 15, value.requires_grad))
+            # The negative and conjugate bits: memory holds other values than the tensor means (a plan built for a
+            # plain tensor must never read such a view raw).
+            append(
+                (
+                    value.shape,
+                    value.stride(),
+                    value.dtype,
+                    value.device,
+                    pointer & 15,
+                    value.requires_grad,
+                    value.is_neg(),
+                    value.is_conj(),
+                )
+            )
         elif type(value) is list:
             append(tuple(value))
         else:
@@ -78,6 +92,29 @@ def _signature(
     return tuple(parts)
 
 
+def readable(value: object) -> object:
+    """A tensor argument as a kernel may read its memory: torch's negative and conjugate bits resolved (a copy
+    holding the values the view means), anything but plain strided storage refused; other values as they are."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.layout != torch.strided or value.is_nested:
+        kind = "a nested tensor" if value.is_nested else f"layout {value.layout}"
+        raise InvalidInputError(f"tensor arguments must be strided (torch.strided), but got {kind}")
+    if value.is_neg() or value.is_conj():
+        return value.resolve_neg().resolve_conj()
+    return value
+
+
+def _readable_arguments(op: Callable[..., Any]) -> Callable[..., Any]:
+    """`op` on its arguments as `readable` makes them (the op's full path; a plan's signature holds the bits)."""
+
+    @functools.wraps(op)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return op(*map(readable, args), **{name: readable(value) for name, value in kwargs.items()})
+
+    return call
+
+
 class HotPath:
     """An op's plans by call signature. Calling it is calling the op."""
 
@@ -87,7 +124,8 @@ class HotPath:
         torch_equivalent: Callable[..., Any] | None,
         torch_serves_all: Callable[[], bool] | None = None,
     ) -> None:
-        self.op = op
+        self.traced = op  # what torch.compile traces (Dynamo cannot trace the bit tests; the launch resolves them)
+        self.op = _readable_arguments(op)
         self.torch_equivalent = torch_equivalent
         self.torch_serves_all = torch_serves_all
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
@@ -104,7 +142,7 @@ class HotPath:
             # recording traces the op itself, so that its problems are recorded.
             swapped = compile_policy.swapped_under_compile(self.name) and not self.only_torch
             if swapped or recorder.ACTIVE or self.torch_equivalent is None:
-                return self.op(*args, **kwargs)
+                return self.traced(*args, **kwargs)  # type: ignore[misc]
             return self.torch_equivalent(*args, **kwargs)
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
@@ -117,7 +155,7 @@ class HotPath:
         try:
             signature = _signature(args, kwargs)
             plan = self.plans.get(signature)
-        except TypeError:  # an unhashable argument: the full path
+        except (TypeError, RuntimeError):  # an unhashable argument, a tensor without a data pointer: the full path
             return self.op(*args, **kwargs)
         if plan is None:
             if len(self.plans) >= _MAX_SIGNATURES:  # shapes that never repeat: start over rather than grow

@@ -27,13 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import DatabaseError, TunekitError
+from tunekit.core.problems import problem_error
 from tunekit.core.registry import get_spec, kernel_names
-from tunekit.core.render import brief
+from tunekit.core.render import all_text, brief
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
 from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.floors import floor_text, time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
 from tunekit.store.user_entries import is_user_kernel, validate_user_entry
@@ -46,12 +48,6 @@ _MAX_TIME_MS = 1e7  # a measured time above ~3 hours is not a measurement
 # well under a GiB. A larger file is refused before it is read.
 MAX_DOCUMENT_BYTES = 64 << 20
 _READ_CHUNK_BYTES = 1 << 20
-# Physical floors of a measured time. No kernel launch completes, as a timer sees it, in under a microsecond (the
-# fastest time in the shipped H200 database, measured with CUDA events, is 5.3 µs). And no device moves memory
-# faster than 20 TB/s: 2.5x the fastest HBM shipping today (8 TB/s); what the fingerprint holds does not give a
-# part's bandwidth, so the bound is the same for every device, generous enough never to refuse a real measurement.
-LAUNCH_FLOOR_MS = 1e-3
-FASTEST_MEMORY_BYTES_PER_S = 20e12
 
 
 def document(entries: Iterable[Entry]) -> dict[str, Any]:
@@ -96,19 +92,9 @@ def _validate_time(value: Any, where: str, floor_ms: float) -> None:
     _require(
         value >= floor_ms,
         where,
-        f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem (a launch takes 1 us; its "
-        f"bytes at {FASTEST_MEMORY_BYTES_PER_S / 1e12:g} TB/s), but got {brief(value)}",
+        f"time_ms must be at least {floor_ms:.3g}, the physical floor of this problem ({floor_text()}), "
+        f"but got {brief(value)}",
     )
-
-
-def time_floor_ms(spec: KernelSpec, problem: dict[str, Any]) -> float:
-    """The least time a measurement of `problem` can take: the launch floor, or its minimum bytes at the fastest
-    memory any device has (FASTEST_MEMORY_BYTES_PER_S), whichever is longer."""
-    try:
-        nbytes = max(0, int(spec.bytes_moved(problem)))
-    except (ArithmeticError, LookupError, TypeError, ValueError):
-        nbytes = 0  # a problem the spec cannot size: the launch floor alone
-    return max(LAUNCH_FLOOR_MS, nbytes / FASTEST_MEMORY_BYTES_PER_S * 1e3)
 
 
 def _is_json_scalar(value: Any) -> bool:
@@ -127,21 +113,6 @@ def _validate_flat(obj: dict[str, Any], where: str, name: str) -> None:
         _require(
             isinstance(obj.get("name", ""), str), where, f"device.name must be a string, got {brief(obj.get('name'))}"
         )
-
-
-_PROBLEM_TYPES: dict[str, dict[str, type]] = {}
-
-
-def _problem_types(spec: KernelSpec) -> dict[str, type]:
-    """The type of each problem field, as the spec's own default problems use it (where they all agree)."""
-    types = _PROBLEM_TYPES.get(spec.name)
-    if types is None:
-        seen: dict[str, set[type]] = {}
-        for problem in spec.default_problems(fingerprint()):
-            for name, value in problem.items():
-                seen.setdefault(name, set()).add(type(value))
-        types = _PROBLEM_TYPES[spec.name] = {n: next(iter(t)) for n, t in seen.items() if len(t) == 1}
-    return types
 
 
 _TYPE_NAMES = {int: "an int", str: "a string", bool: "a bool"}
@@ -194,6 +165,7 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     rules, physical floors of its times. Errors start with `where` (default: "entry INDEX")."""
     where = where or f"entry {index}"
     _require(isinstance(data, dict), where, f"must be an object, but got {type(data).__name__}")
+    _require(all_text(data), where, "a string in it is not valid Unicode text (a lone surrogate such as \\ud800)")
     for name in ("key", "best", "device", "provenance"):
         _require(isinstance(data.get(name), dict), where, f"field {name!r} must be an object")
     key = data["key"]
@@ -218,24 +190,15 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
         )
     spec = get_spec(kernel)
     problem = key.get("problem")
-    _require(
-        isinstance(problem, dict) and sorted(problem) == sorted(spec.problem_fields),
-        where,
-        f"key.problem must have exactly the fields {sorted(spec.problem_fields)}",
-    )
-    types = _problem_types(spec)
+    _require(isinstance(problem, dict), where, "key.problem must be an object")
     for field_name, value in problem.items():
         _require(
             isinstance(value, (str, bool)) or (isinstance(value, int) and 0 <= value < 2**40),
             where,
             f"key.problem.{field_name} must be a string, bool or int in [0, 2^40), but got {brief(value)}",
         )
-        want = types.get(field_name)
-        _require(
-            want is None or type(value) is want,
-            where,
-            f"key.problem.{field_name} must be {_TYPE_NAMES.get(want or str, 'a scalar')}, but got {brief(value)}",
-        )
+    error = problem_error(spec, problem, "key.problem")
+    _require(error is None, where, str(error))
     _validate_flat(data["device"], where, "device")
     _validate_flat(data["provenance"], where, "provenance")
     device = _device(data["device"], key["device_key"], where)
@@ -244,7 +207,7 @@ def validate_entry(data: Any, index: int = 0, where: str | None = None) -> Entry
     except TunekitError as exc:
         raise DatabaseError(f"{where}: best.config outside the {kernel} space: {exc}") from None
     _check_rules(spec, config, problem, device, where + ".best")
-    floor_ms = time_floor_ms(spec, problem)
+    floor_ms = time_floor_ms(spec, problem, device)
     _validate_time(data["best"].get("time_ms"), where + ".best", floor_ms)
     _validate_trials(data.get("trials", []), spec, problem, device, where, floor_ms)
     try:
@@ -478,6 +441,16 @@ def _import_one(store: Store, entry: Entry, path: Path) -> str:
     return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
 
 
+def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, store: Store) -> str:
+    """The dispatch layer that serves a stored entry's problem here (`tunekit show`), or, for a problem this kernel
+    no longer declares (a field renamed or retyped since the entry was stored), that nothing does."""
+    from tunekit.runtime.dispatch import resolve
+
+    if problem_error(spec, problem) is not None:
+        return "nothing (stale: not a problem of the kernel as it is now)"
+    return resolve(spec, problem, device, store).layer
+
+
 @functools.lru_cache(maxsize=1)
 def shipped_entries() -> dict[CacheKey, Entry]:
     """Every entry of the databases shipped in cache/ (read-only). A bad file is skipped with a warning."""
@@ -497,3 +470,16 @@ def shipped_entries() -> dict[CacheKey, Entry]:
             if old is None or entry.time_ms < old.time_ms:
                 found[entry.key] = entry
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_by_scope() -> dict[tuple[str, str], list[Entry]]:
+    by_scope: dict[tuple[str, str], list[Entry]] = {}
+    for entry in shipped_entries().values():
+        by_scope.setdefault((entry.key.kernel, entry.key.device_key), []).append(entry)
+    return by_scope
+
+
+def shipped_scope(kernel: str, device_key: str) -> list[Entry]:
+    """The shipped entries of one kernel on one device (the nearest-entry scan's share of the shipped set)."""
+    return list(_shipped_by_scope().get((kernel, device_key), ()))

@@ -12,8 +12,12 @@ import math
 from typing import Any
 
 from tunekit.core import registry
+from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import TunekitError
+from tunekit.core.problems import problem_error
+from tunekit.core.render import all_text
 from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.floors import time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION
 
 
@@ -30,7 +34,7 @@ def parse_payload(digest: str, raw: object) -> tuple[Entry | None, str, str]:
     if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
         why = f"written by a newer tunekit (schema {schema}; this one reads {SCHEMA_VERSION}): upgrade tunekit"
         return None, "newer-schema", why
-    problem = _structure_problem(data)
+    problem = _structure_problem(data) if all_text(data) else "a string in it is not valid Unicode text"
     if problem is not None:
         return None, "malformed", problem
     entry = Entry.from_json(data)
@@ -59,8 +63,8 @@ def _structure_problem(data: dict[str, Any]) -> str | None:
     if not isinstance(best, dict) or not _is_config(best.get("config")):
         return "its best config must map names to strings, bools or ints"
     t = best.get("time_ms")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        return f"its best time must be a finite number >= 0, but is {t!r}"
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return f"its best time must be a finite number > 0, but is {t!r}"
     if not isinstance(data.get("device"), dict) or not isinstance(data.get("provenance"), dict):
         return "its device and provenance must be objects"
     if not isinstance(trials, list):
@@ -89,10 +93,18 @@ def _space_problem(entry: Entry) -> str | None:
     spec = registry._loaded.get(entry.key.kernel)
     if spec is None or entry.key.source_hash != spec.source_hash:
         return None
-    if sorted(dict(entry.key.problem)) != sorted(spec.problem_fields):
-        return f"its problem fields are not {sorted(spec.problem_fields)}"
+    error = problem_error(spec, dict(entry.key.problem))
+    if error is not None:
+        return f"its problem is not one the kernel declares ({error})"
     try:
         spec.space.check_membership(entry.config)
     except TunekitError as exc:
         return f"its best config is outside the {spec.name} space ({exc})"
+    try:
+        device: DeviceFingerprint | None = DeviceFingerprint.from_json(dict(entry.device))
+    except (KeyError, TypeError, ValueError):
+        device = None  # the floor of any GPU
+    floor = time_floor_ms(spec, dict(entry.key.problem), device)
+    if entry.time_ms < floor:
+        return f"its best time {entry.time_ms:.3g} ms is below the problem's physical floor ({floor:.3g} ms)"
     return None

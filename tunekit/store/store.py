@@ -9,6 +9,11 @@ What it promises (tests/test_store.py, test_cache_integrity.py, test_concurrency
   regular file with one link (never a FIFO, which would hang the open, a device, a directory or a symlink or hard
   link, through which a write would reach a file outside the store); the database is in rollback-journal mode
   (tunekit never uses WAL, whose -wal and -shm files SQLite would open too) and holds only tunekit's table.
+- Check and use are the same file: a write opens (and creates) the database itself with O_NOFOLLOW, checks that
+  descriptor, lets SQLite open it without creating, and writes nothing unless SQLite's write lock is on that
+  descriptor's file (file_safety.holds_write_lock). A swap for a symlink in between writes nothing anywhere.
+- The nearest-entry scan reads one kernel's entries on one device (`scope_entries`: selected by SQLite, kept
+  without their trials until the file changes), so its cost grows with what is relevant, not with the store.
 - Many processes may read and write at once: `put` is a read-merge-write inside one write transaction
   (BEGIN IMMEDIATE), so no concurrent writer's trials are lost and the faster best is kept per key. Waits for a lock
   are bounded (60 s), then a CacheError says so.
@@ -37,6 +42,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +50,16 @@ from tunekit.core import settings
 from tunekit.core.errors import CacheError
 from tunekit.store.diagnosis import READONLY, explain, primary_code
 from tunekit.store.entry import Entry, merge_entries
-from tunekit.store.file_safety import DB_NAME, TABLE_SQL, Refused, check_files, has_table
+from tunekit.store.file_safety import (
+    DB_NAME,
+    TABLE_SQL,
+    Refused,
+    check_files,
+    has_table,
+    holds_write_lock,
+    open_checked,
+    read_regular,
+)
 from tunekit.store.key import CacheKey
 from tunekit.store.payload import parse_payload
 
@@ -54,6 +69,9 @@ LEGACY_NAME = "cache.db"  # the diskcache store of earlier versions: never opene
 # The store's limits, read from this module at each use (tests lower them here): what reads them stays here.
 TIMEOUT_S = 60.0  # the longest wait for another process's lock
 MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's largest are well under 1 MiB)
+# The nearest-entry scan reads rows up to 1 MiB (a few thousand trials; a tuning run writes hundreds): a larger row
+# is skipped there (still served by its own key), so it parses at most 1 MiB of JSON per row of its scope.
+MAX_SCOPE_PAYLOAD_CHARS = 2**20
 _TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
@@ -122,25 +140,37 @@ class Store:
         if self._conn is not None:
             yield self._conn
             return
-        conn: sqlite3.Connection | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            check_files(self.path)
-            conn = _connect(self.path, read_only=False)
-            conn.execute("PRAGMA journal_mode = DELETE")
-            conn.execute("BEGIN IMMEDIATE")
-            if not has_table(conn):
-                conn.execute(TABLE_SQL)
-            self._conn = conn
-            yield conn
-            conn.execute("COMMIT")
+            with self._write_transaction() as conn:
+                if not has_table(conn):
+                    conn.execute(TABLE_SQL)
+                self._conn = conn
+                yield conn
+                conn.execute("COMMIT")
+                _SCOPES.pop(self.path, None)
         except (Refused, OSError, sqlite3.Error) as exc:
             why = explain(exc, True, TIMEOUT_S)
             raise CacheError(f"cannot write the cache store at {self.directory}: {why}") from None
         finally:
             self._conn = None
-            if conn is not None:
-                conn.close()  # without COMMIT, SQLite rolls the transaction back
+
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A connection inside BEGIN IMMEDIATE on the very file that was checked (see file_safety); closed after,
+        which rolls back what was not committed."""
+        check_files(self.path)
+        fd = open_checked(self.path, write=True)
+        assert fd is not None  # a write creates the file
+        try:
+            with contextlib.closing(_connect(self.path, read_only=False)) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                if not holds_write_lock(fd):  # SQLite opened another file than the one checked: write nothing
+                    raise Refused(f"{self.path} was replaced while it was opened (by a symlink or another file)")
+                conn.execute("PRAGMA journal_mode = DELETE")
+                yield conn
+        finally:
+            os.close(fd)
 
     def get(self, key: CacheKey) -> Entry | None:
         for digest, raw in self._rows(key.digest):
@@ -167,12 +197,35 @@ class Store:
             return conn.execute("DELETE FROM entries WHERE digest = ?", (digest,)).rowcount > 0
 
     def entries(self) -> Iterator[Entry]:
+        yield from self._decoded(self._rows(None))
+
+    def _decoded(self, rows: list[tuple[Any, Any]]) -> list[Entry]:
+        found: list[Entry] = []
         seen: set[str] = set()
-        for digest, raw in self._rows(None):
+        for digest, raw in rows:
             entry = self._decode(digest, raw) if digest not in seen else None
             if entry is not None:
                 seen.add(digest)
-                yield entry
+                found.append(entry)
+        return found
+
+    def scope_entries(self, kernel: str, device_key: str) -> list[Entry]:
+        """The readable entries of one kernel on one device, kept without their trials: what the nearest-entry
+        scan looks at. SQLite selects the rows (up to MAX_SCOPE_PAYLOAD_CHARS) by the key their payload holds
+        before any is decoded, each is validated as every read validates it, and the result is kept until the
+        database file changes: the cost grows with what is relevant, not with the store (an import of 20k
+        entries for another device costs a new key nothing here)."""
+        if self._conn is not None:  # inside a transaction: its own writes, uncached
+            return self._decoded(self._rows(None, (kernel, device_key)))
+        signature = _file_signature(self.path)
+        cached = _SCOPES.get(self.path)
+        if cached is None or cached[0] != signature:
+            cached = _SCOPES[self.path] = (signature, {})
+        scoped = cached[1].get((kernel, device_key))
+        if scoped is None:
+            rows = self._rows(None, (kernel, device_key))
+            scoped = cached[1][(kernel, device_key)] = [replace(e, trials=()) for e in self._decoded(rows)]
+        return list(scoped)
 
     def related(self, key: CacheKey) -> list[Entry]:
         """Entries of the same kernel and problem that this key may not serve: another kernel source or device.
@@ -215,31 +268,37 @@ class Store:
                 if primary_code(exc) != READONLY:
                     raise
                 # A writer was killed mid-write (SQLITE_READONLY_ROLLBACK): its journal must be rolled back, which a
-                # read-only connection cannot do. Any read through a writable one does it (not on a read-only mount).
-                with contextlib.closing(_connect(self.path, read_only=False)) as rw:
-                    rw.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                # read-only connection cannot do. A write transaction does it (not on a read-only mount).
+                with self._write_transaction():
+                    pass
                 holds_table = has_table(conn)
             yield conn if holds_table else None
         finally:
             conn.close()
 
-    def _rows(self, digest: str | None) -> list[tuple[Any, Any]]:
-        """(digest, payload) rows: every row, or those of one digest. A payload that is not text, or is too large
-        to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded, so no
-        read stays open while a caller writes."""
-        query = (
-            "SELECT digest, typeof(payload), "
-            f"CASE WHEN typeof(payload) = 'text' AND length(payload) <= {MAX_PAYLOAD_CHARS} THEN payload END "
-            "FROM entries"
-        )
+    def _rows(self, digest: str | None, scope: tuple[str, str] | None = None) -> list[tuple[Any, Any]]:
+        """(digest, payload) rows: every row, those of one digest, or (`scope`: kernel, device key) the rows of at
+        most MAX_SCOPE_PAYLOAD_CHARS whose payload is valid JSON with that key. A payload that is not text, or is
+        too large to be tunekit's, is returned as a _Skip (never loaded). All rows are read before any is decoded,
+        so no read stays open while a caller writes."""
+        readable = f"typeof(payload) = 'text' AND length(payload) <= {MAX_PAYLOAD_CHARS}"
+        query = f"SELECT digest, typeof(payload), CASE WHEN {readable} THEN payload END FROM entries"
+        args: tuple[str, ...] = ()
+        if digest is not None:
+            query, args = query + " WHERE digest = ?", (digest,)
+        elif scope is not None:
+            query = (
+                "SELECT digest, 'text', payload FROM entries WHERE "
+                f"CASE WHEN typeof(payload) = 'text' AND length(payload) <= {MAX_SCOPE_PAYLOAD_CHARS} "
+                "AND json_valid(payload) THEN json_extract(payload, '$.key.kernel') = ? "
+                "AND json_extract(payload, '$.key.device_key') = ? ELSE 0 END"
+            )
+            args = scope
         try:
             with self._reader() as conn:
                 if conn is None:
                     return []
-                if digest is None:
-                    rows = conn.execute(query).fetchall()
-                else:
-                    rows = conn.execute(query + " WHERE digest = ?", (digest,)).fetchall()
+                rows = conn.execute(query, args).fetchall()
         except (Refused, OSError, sqlite3.Error) as exc:
             self._unreadable(exc)
             return []
@@ -295,9 +354,25 @@ class Store:
         return entry
 
 
+# Per database file: (its signature when read, {(kernel, device key): entries without trials}).
+_SCOPES: dict[Path, tuple[tuple[int, ...] | None, dict[tuple[str, str], list[Entry]]]] = {}
+
+
+def _file_signature(path: Path) -> tuple[int, ...] | None:
+    """What changes when the database file is written (by any process): its device, inode, size and times, and
+    SQLite's file change counter (header bytes 24-27, incremented by every committed write transaction)."""
+    try:
+        st = os.lstat(path)
+        counter = read_regular(str(path), 24, 4)
+    except (OSError, Refused):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, int.from_bytes(counter, "big"))
+
+
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit); read-only ones open with `mode=ro`."""
-    uri = f"{path.absolute().as_uri()}?mode={'ro' if read_only else 'rwc'}"
+    """A connection in autocommit mode (transactions are explicit); read-only ones open with `mode=ro`, writing
+    ones with `mode=rw` (the file is created by `open_checked`, never by SQLite)."""
+    uri = f"{path.absolute().as_uri()}?mode={'ro' if read_only else 'rw'}"  # never creates: the store does
     conn = sqlite3.connect(uri, uri=True, timeout=TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("PRAGMA trusted_schema = OFF")
