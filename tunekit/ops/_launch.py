@@ -36,7 +36,7 @@ def launch_on_their_device(spec: KernelSpec, config: Config, inputs: Inputs, out
     (a DeviceGuard): a call for another GPU than the current one sets that GPU around the launch, as torch does.
     Inputs with torch's negative or conjugate bit (a view derived inside the op keeps them) are resolved first: the
     kernel reads raw memory."""
-    inputs = tuple(map(readable, inputs))  # type: ignore[assignment]
+    inputs = tuple(map(readable, inputs))
     out = outputs[0]
     if out.is_cuda and out.get_device() != torch.cuda.current_device():
         with torch.cuda.device(out.device):

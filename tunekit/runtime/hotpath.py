@@ -142,7 +142,7 @@ class HotPath:
             # recording traces the op itself, so that its problems are recorded.
             swapped = compile_policy.swapped_under_compile(self.name) and not self.only_torch
             if swapped or recorder.ACTIVE or self.torch_equivalent is None:
-                return self.traced(*args, **kwargs)  # type: ignore[misc]
+                return self.traced(*args, **kwargs)
             return self.torch_equivalent(*args, **kwargs)
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
