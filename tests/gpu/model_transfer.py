@@ -3,7 +3,7 @@ runs it: every step timed in alternation (interleaved rounds, median of per-roun
 tunekit out of the box, torch.compile and Liger-Kernel; then `tunekit.tune_model` (record, tune, verify, demote);
 then the same alternation with the tuned entries, and the training step's GPU time by kernel kind, eager vs tuned.
 
-    python tests/gpu/model_transfer.py --family qwen2 --trials 4 [--out DIR]
+    python tests/gpu/model_transfer.py --family qwen2 --trials 4 [--budget SECONDS] [--out DIR]
 
 Prints the tables last; JSON under --out (default $OUT).
 """
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--family", default="qwen2")
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--budget", type=float, default=None, help="tune_model's budget_s (tune --budget)")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     opts = parser.parse_args()
@@ -114,7 +115,7 @@ def main() -> None:
 
     # tk is patched already (patching twice changes nothing); eager is the unpatched base.
     plan = opts.out / f"plan_{opts.family}.jsonl"
-    report = tune_model(tk, step_fns, trials=opts.trials, plan=plan, eager=base, rounds=5)
+    report = tune_model(tk, step_fns, trials=opts.trials, budget_s=opts.budget, plan=plan, eager=base, rounds=5)
     record["tune_model"] = {**asdict(report), "table": report.table()}
     print(report.table(), flush=True)
 
