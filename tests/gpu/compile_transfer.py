@@ -20,15 +20,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from model_transfer import held_out  # tests/gpu/, beside this script
 
-from tunekit.evaluation.model_bench import build
-from tunekit.evaluation.model_results import Workload
 from tunekit.evaluation.tune_model import _Alternation, default_timer
 from tunekit.runtime import compile_policy
 from tunekit.runtime.patching import patch
-
-SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
-WIDTHS = {"qwen2": (3584, 152064), "mistral": (4096, 32000), "llama": (4096, 32000), "gemma": (2048, 256000)}
 
 
 def set_policy(names: frozenset[str]) -> None:
@@ -55,12 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     opts = parser.parse_args()
-    hidden, vocab = WIDTHS[opts.family]
-    w = Workload(opts.family, hidden=hidden, vocab=vocab, **SIZES)
-    device = torch.device("cuda")
-    base = build(w, device, torch.bfloat16)
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    ids = {k: torch.randint(0, vocab, v, generator=gen).to(device) for k, v in SIZES.items()}
+    base, ids = held_out(opts.family)
     patched = copy.deepcopy(base)
     patch(patched)
     timer = default_timer(base)

@@ -32,6 +32,14 @@ SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
 WIDTHS = {"qwen2": (3584, 152064), "mistral": (4096, 32000), "llama": (4096, 32000), "gemma": (2048, 256000)}
 
 
+def held_out(family: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The family's model at its 7B-class widths (2 layers, bf16, random weights) and each step's token ids."""
+    hidden, vocab = WIDTHS[family]
+    base = build(Workload(family, hidden=hidden, vocab=vocab, **SIZES), torch.device("cuda"), torch.bfloat16)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    return base, {k: torch.randint(0, vocab, v, generator=gen).to("cuda") for k, v in SIZES.items()}
+
+
 def steps(ids: dict[str, torch.Tensor]) -> dict:
     def infer(name: str):
         def step(m: torch.nn.Module) -> None:
@@ -78,11 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     opts = parser.parse_args()
     hidden, vocab = WIDTHS[opts.family]
-    w = Workload(opts.family, hidden=hidden, vocab=vocab, **SIZES)
-    device = torch.device("cuda")
-    base = build(w, device, torch.bfloat16)
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    ids = {k: torch.randint(0, vocab, v, generator=gen).to(device) for k, v in SIZES.items()}
+    base, ids = held_out(opts.family)
     step_fns = steps(ids)
     record: dict = {"family": opts.family, "hidden": hidden, "vocab": vocab, "device": torch.cuda.get_device_name()}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -102,18 +101,12 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
 
 
 def _time(fn: Callable[[], Any], warmup: int, reps: int) -> float:
+    from tunekit.evaluation.tune_model import median_ms
+
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return median_ms(fn, reps)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -93,27 +93,28 @@ class ModelTuneReport:
         return "\n".join(lines)
 
 
+def median_ms(call: Callable[[], Any], reps: int, on_gpu: bool = True) -> float:
+    """The median of `reps` calls, ms: CUDA events around each call on a GPU, the host clock elsewhere."""
+    times = []
+    for _ in range(reps):
+        if on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def default_timer(model: torch.nn.Module) -> StepTimer:
-    """CUDA events around each call on a GPU (median of `reps`), the host clock elsewhere."""
+    """`median_ms` on the model's device."""
     on_gpu = any(p.is_cuda for p in model.parameters())
-
-    def time_calls(call: Callable[[], Any], reps: int) -> float:
-        times = []
-        for _ in range(reps):
-            if on_gpu:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                call()
-                times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-
-    return time_calls
+    return lambda call, reps: median_ms(call, reps, on_gpu)
 
 
 class _Alternation:
