@@ -202,13 +202,11 @@ def test_a_bad_value_is_one_line(toy, tmp_path, monkeypatch, command, option, va
     assert len(lines) == 1 and lines[0].startswith("error: "), f"{args}: {result.stderr!r}"
 
 
-# A plan file whose problems no kernel takes: refused when read. Checking a plan's problems is tunekit/fleet/plans.py's
-# (issue 29); until it lands, these show what a user meets.
-ISSUE_29 = pytest.mark.xfail(reason="issue 29: tunekit/fleet/plans.py validates a plan's problems when read")
+# A plan file whose problems no kernel takes: refused when read (tunekit/fleet/plans.py checks each problem against
+# its kernel's declaration).
 BAD_PLAN_LINES = [
     pytest.param(
         {"kernel": "layernorm", "problem": {"rows": 4, "cols": 4097, "dtype": "float8", "weight": True, "bias": True}},
-        marks=ISSUE_29,
         id="problem-float8",
     ),
     pytest.param({"kernel": "gemm", "shape": [64, 64, 64], "dtype": "int8"}, id="shape-int8"),

@@ -10,17 +10,21 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunekit.cli.app import say
-from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import TunekitError
-from tunekit.store.entry import Entry
-from tunekit.store.store import Store
-from tunekit.store.user_entries import check_import_path, is_user_kernel, user_problem_text
+from tunekit.core.render import plain
+
+if TYPE_CHECKING:  # torch: imported by the functions that need it, not when the CLI starts (`--help`, `--version`)
+    from tunekit.core.device import DeviceFingerprint
+    from tunekit.store.entry import Entry
+    from tunekit.store.store import Store
 
 
 def user_entries(store: Store, kernel: str | None) -> list[Entry]:
+    from tunekit.store.user_entries import is_user_kernel
+
     return sorted(
         (e for e in store.entries() if is_user_kernel(e.key.kernel) and kernel in (None, e.key.kernel)),
         key=lambda e: (e.key.kernel, str(e.key.problem), e.key.digest),
@@ -29,10 +33,12 @@ def user_entries(store: Store, kernel: str | None) -> list[Entry]:
 
 def show_user_entries(entries: list[Entry], device: DeviceFingerprint) -> None:
     """Each entry in three lines, then a count. Whether its code is current is known only where it is launched."""
+    from tunekit.store.user_entries import user_problem_text
+
     for e in entries:
         here = "this device" if e.key.device_key == device.key else f"device {e.key.device_key[:8]}"
-        say(f"{e.key.kernel} {user_problem_text(dict(e.key.problem))}")
-        say(f"  cache · {e.device.get('name', '?')} ({here}) · {e.time_ms:.4f} ms · {len(e.trials)} trials")
+        say(f"{plain(e.key.kernel)} {user_problem_text(dict(e.key.problem))}")
+        say(f"  cache · {plain(e.device.get('name', '?'))} ({here}) · {e.time_ms:.4f} ms · {len(e.trials)} trials")
         say(f"  config {user_problem_text(e.config)} · identity {e.key.source_hash}")
     if entries:
         say(f"{len(entries)} user-kernel entr{'y' if len(entries) == 1 else 'ies'} (tunekit.autotune)")
@@ -45,6 +51,7 @@ def user_entries_json(entries: list[Entry]) -> list[dict[str, Any]]:
 def load_kernel(name: str) -> Any:
     """The tunekit.autotune kernel at import path `name`: imported because a plan under `tune --plan` names it
     (from the current directory, as `python -m` would, or from what is installed)."""
+    from tunekit.store.user_entries import check_import_path
     from tunekit.user_kernels.decorator import Autotuned
 
     module_name, _, attribute = check_import_path(name).partition(":")
@@ -64,6 +71,8 @@ def load_kernel(name: str) -> Any:
 def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool, queued: bool) -> int:
     """Tune the plan's user-kernel problems (each kernel's `inputs=` builds a launch of the problem); one line each.
     Fleet workers do not take them (yet): with --submit or --workers, a plan naming one is refused."""
+    from tunekit.store.user_entries import user_problem_text
+
     if items and queued:
         raise TunekitError(
             f"fleet workers do not tune user kernels yet ({items[0][0]}): tune them here, without --submit/--workers"
@@ -78,5 +87,6 @@ def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool, queued:
 
 def plan_user_items(plan: Path) -> list[tuple[str, dict[str, Any]]]:
     from tunekit.fleet.plans import read_plan
+    from tunekit.store.user_entries import is_user_kernel
 
     return [(k, p) for k, p in read_plan(plan) if is_user_kernel(k)]

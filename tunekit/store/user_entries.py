@@ -18,7 +18,7 @@ from typing import Any
 
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import DatabaseError, TunekitError
-from tunekit.core.render import brief
+from tunekit.core.render import brief, plain
 from tunekit.core.space import Value
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
@@ -73,4 +73,5 @@ def validate_user_entry(data: dict[str, Any], where: str) -> Entry:
 
 
 def user_problem_text(problem: dict[str, Value]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(problem.items()))
+    """A user kernel's problem (or config) as printed text, escaped: its names and values are stored data."""
+    return plain(",".join(f"{k}={v}" for k, v in sorted(problem.items())))
