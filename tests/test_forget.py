@@ -52,7 +52,7 @@ def test_forget_needs_a_filter(three):
 
 def test_forget_by_device_prefix_as_show_prints_it(three):
     result = run("forget", "--device", H200.key[:8])
-    assert result.exit_code == 0 and "removed 1 entries" in result.output, result.output
+    assert result.exit_code == 0 and "removed 1 entry" in result.output, result.output
     assert _left() == {e.key.digest for e in three[:2]}
     assert "removed 2 entries" in run("forget", "--device", "current").output
     assert _left() == set()
@@ -61,10 +61,10 @@ def test_forget_by_device_prefix_as_show_prints_it(three):
 def test_forget_by_kernel_and_key(three):
     result = run("forget", "--key", three[1].key.digest[:10], "--dry-run")
     assert (
-        result.exit_code == 0 and three[1].key.digest in result.output and "1 entries would be removed" in result.output
+        result.exit_code == 0 and three[1].key.digest in result.output and "1 entry would be removed" in result.output
     )
     assert len(_left()) == 3
-    assert "removed 1 entries" in run("forget", "--key", three[1].key.digest[:10]).output
+    assert "removed 1 entry" in run("forget", "--key", three[1].key.digest[:10]).output
     assert _left() == {three[0].key.digest, three[2].key.digest}
     assert "removed 0 entries" in run("forget", "--kernel", "toy", "--device", "abcdef12").output
     assert "removed 2 entries" in run("forget", "--kernel", "toy").output
@@ -109,7 +109,7 @@ def test_an_entry_that_breaks_show_can_be_forgotten(toy, tmp_path):
         store.put(toy_entry(toy, device, 1.0))
     assert run("show").exit_code == 0
     result = run("forget", "--device", device.key)
-    assert result.exit_code == 0 and "removed 1 entries" in result.output
+    assert result.exit_code == 0 and "removed 1 entry" in result.output
     assert "0 entries" in run("show").output
 
 
@@ -119,6 +119,6 @@ def test_a_full_digest_removes_an_unreadable_row(toy, three):
     with Store() as store:
         assert store.get(three[0].key) is None
     result = run("forget", "--key", three[0].key.digest)
-    assert result.exit_code == 0 and "removed 1 entries" in result.output, result.output
+    assert result.exit_code == 0 and "removed 1 entry" in result.output, result.output
     with Store() as store:
         assert len(store) == 2
