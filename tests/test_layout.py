@@ -27,9 +27,12 @@ SOURCES = {
     "tunekit.kernels": ROOT / "kernels",
     "tunekit.search_spaces": ROOT / "search_spaces",
 }
-# The runtime's ways into the tuning layer: tuning on a miss, the untuned pick (the model, without Optuna), and
-# torch's time as the tuner recorded it in an entry.
-RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate"}
+# The runtime's ways into the tuning layer: tuning on a miss, the untuned pick (the model, without Optuna), torch's
+# time as the tuner recorded it in an entry, and one stored config measured here (an entry from another Triton).
+RUNTIME_TO_TUNING = {
+    "tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate",
+    "tunekit.tuning.spot_check",
+}  # fmt: skip
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Justified exceptions, with the reason.

@@ -124,7 +124,7 @@ def test_export_and_import_messages_escape_paths(toy, tmp_path):
     result = run("export", "--out", str(out))
     assert result.exit_code == 0 and "db[bold].json" in result.output, result.output
     result = run("import", str(out))
-    assert result.exit_code == 0 and "db[bold].json: 1 entries read" in result.output, result.output
+    assert result.exit_code == 0 and "db[bold].json: 1 entry read" in result.output, result.output
 
 
 def test_a_plan_file_s_problems_print_as_themselves(toy, tmp_path):

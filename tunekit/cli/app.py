@@ -1,4 +1,5 @@
-"""The typer app, the consoles, the options several commands share, and the error boundary every command runs in."""
+"""The typer app, the options several commands share, and the error boundary every command runs in (the consoles
+and `say` are tunekit.cli.consoles' and tunekit.cli.width's, imported from here too)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from tunekit import DISTRIBUTION
+from tunekit.cli.consoles import console as console  # the commands' consoles and `say`, imported from here
+from tunekit.cli.consoles import err_console
+from tunekit.cli.width import say as say
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import plain
@@ -67,8 +70,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's help: descriptions wrap in a wide column at 80 columns, no panels
 )
-console = Console()
-err_console = Console(stderr=True)
 
 
 def _print_version(value: bool) -> None:
@@ -128,16 +129,6 @@ def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
         return app.command(name)(_one_line_errors(fn))
 
     return register
-
-
-def say(text: str) -> None:
-    """One line of output, never cut; rich markup off (stored text is printed as it is). On a terminal it wraps
-    between words at the terminal's width (a record between its `name=value` pairs); in a log or a pipe it stays one
-    line, whole, for grep."""
-    from tunekit.cli.width import wrap
-
-    for line in wrap(text) if console.is_terminal else [text]:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 KernelOpt = Annotated[

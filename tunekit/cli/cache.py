@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from tunekit.cli.views import config_text, counted, list_entries
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import plain
 
+if TYPE_CHECKING:
+    from tunekit.core.device import DeviceFingerprint
+    from tunekit.store.store import Store
 
 def show(
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
@@ -29,12 +32,9 @@ def show(
     with --kernel and --shape, which layer serves that problem."""
     import json
 
-    from tunekit.cli.views import device_json, problem_text
+    from tunekit.cli.views import device_json
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec, kernel_names
-    from tunekit.runtime import version_policy
-    from tunekit.runtime.dispatch import resolve
-    from tunekit.store.database import shipped_entries
     from tunekit.store.store import Store
     from tunekit.store.user_entries import is_user_kernel
 
@@ -53,27 +53,7 @@ def show(
         if shape:
             if kernel is None:
                 raise TunekitError("--shape needs --kernel")
-            spec = get_spec(kernel)
-            served = []
-            for problem in kernel_problems(kernel, shape, dtype):
-                with version_policy.no_checks():  # show runs nothing: an unchecked entry is named below
-                    res = resolve(spec, problem, device, store)
-                unchecked = version_policy.candidate(spec, problem, device, shipped_entries())
-                if res.layer != "shipped" and unchecked is not None:
-                    res_note = version_policy.describe(unchecked, device)
-                else:
-                    res_note = ""
-                served.append(
-                    {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
-                    | ({"other_triton": res_note} if res_note else {})
-                )
-                if not json_out:
-                    say(f"{kernel} {problem_text(spec, problem)}")
-                    say(f"  served by {res.layer}: {config_text(spec, res.config)}")
-                    if res_note:
-                        say(f"  ({res_note})")
-            if json_out:
-                print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
+            _show_served(kernel, shape, dtype, device, store, json_out)
             return
         if kernel is not None and not is_user_kernel(kernel):
             get_spec(kernel)  # an unknown name fails with the list of valid ones
@@ -101,6 +81,38 @@ def show(
     if listed.unknown:
         summary += f"; {listed.unknown} {_entries(listed.unknown)} of kernels this tunekit does not know, not listed"
     say(summary)
+
+
+def _show_served(
+    kernel: str, shape: list[str], dtype: str | None, device: DeviceFingerprint, store: Store, json_out: bool
+) -> None:
+    """`show --kernel K --shape S`: which layer serves each of those problems here."""
+    import json
+
+    from tunekit.cli.views import device_json, problem_text
+    from tunekit.core.registry import get_spec
+    from tunekit.runtime import version_policy
+    from tunekit.runtime.dispatch import resolve
+    from tunekit.store.database import shipped_entries
+
+    spec = get_spec(kernel)
+    served = []
+    for problem in kernel_problems(kernel, shape, dtype):
+        with version_policy.no_checks():  # show runs nothing: an unchecked entry is named below
+            res = resolve(spec, problem, device, store)
+        unchecked = version_policy.candidate(spec, problem, device, shipped_entries())
+        res_note = version_policy.describe(unchecked, device) if res.layer != "shipped" and unchecked else ""
+        served.append(
+            {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
+            | ({"other_triton": res_note} if res_note else {})
+        )
+        if not json_out:
+            say(f"{kernel} {problem_text(spec, problem)}")
+            say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+            if res_note:
+                say(f"  ({res_note})")
+    if json_out:
+        print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
 
 
 def _entries(n: int) -> str:

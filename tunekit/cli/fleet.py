@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -199,22 +199,7 @@ def status(
         [[plain(q.name), *(str(c[state]) for state in STATES)] for q, c in zip(queues, counts)],
     )
     if jobs:
-        cells = [
-            [
-                plain(name),
-                s.job.id[:12],
-                plain(s.job.kernel),
-                plain(",".join(f"{k}={v}" for k, v in s.job.problem.items())),  # a cell holds no space
-                s.state + (" (worker gone)" if s.owner_gone else ""),
-                str(s.attempts),
-                f"{s.entry.time_ms:.4f}" if s.entry else "-",
-                plain(s.worker),
-                plain(s.error),
-            ]
-            for name, group in statuses.items()
-            for s in group
-        ]
-        rows("jobs", ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"), cells)
+        _job_rows(statuses)
     gone = sum(s.owner_gone for group in statuses.values() for s in group)
     if gone:
         console.print(
@@ -226,6 +211,26 @@ def status(
     skipped = sum(len(q.skipped) for q in queues)
     if skipped:
         console.print(f"{skipped} jobs with an unreadable job or result (see the warnings above)")
+
+
+def _job_rows(statuses: dict[str, list[Any]]) -> None:
+    """`status --jobs`: one row (or record) per job."""
+    cells = [
+        [
+            plain(name),
+            s.job.id[:12],
+            plain(s.job.kernel),
+            plain(",".join(f"{k}={v}" for k, v in s.job.problem.items())),  # a cell holds no space
+            s.state + (" (worker gone)" if s.owner_gone else ""),
+            str(s.attempts),
+            f"{s.entry.time_ms:.4f}" if s.entry else "-",
+            plain(s.worker),
+            plain(s.error),
+        ]
+        for name, group in statuses.items()
+        for s in group
+    ]
+    rows("jobs", ("queue", "id", "kernel", "problem", "state", "attempts", "best ms", "worker", "error"), cells)
 
 
 def requeue(

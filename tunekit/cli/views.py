@@ -193,6 +193,17 @@ class Listing:
     unknown: int  # entries of kernels this tunekit does not register (not listed)
 
 
+def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, store: Store) -> str:
+    """The dispatch layer that serves a stored entry's problem here (`tunekit show`), or, for a problem this kernel
+    no longer declares (a field renamed or retyped since the entry was stored), that nothing does."""
+    from tunekit.core.problems import problem_error
+    from tunekit.runtime.dispatch import resolve
+
+    if problem_error(spec, problem) is not None:
+        return "nothing (stale: not a problem of the kernel as it is now)"
+    return resolve(spec, problem, device, store).layer
+
+
 def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, shipped: bool) -> Listing:
     """The cache's entries, then (with `shipped`) the shipped databases', each with the dispatch layer that serves
     its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
@@ -200,7 +211,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
     from tunekit.core.registry import get_spec
     from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import why_not_served
-    from tunekit.store.database import served_layer, shipped_entries
+    from tunekit.store.database import shipped_entries
     from tunekit.store.snapshot import Snapshot
     from tunekit.store.user_entries import is_user_kernel
 

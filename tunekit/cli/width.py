@@ -11,15 +11,22 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from tunekit.cli.consoles import console
 from tunekit.core.render import markup
 
 CONTINUATION = "    "  # what a wrapped line's continuation lines are indented by, past the line's own indent
 
 
 def columns() -> int:
-    from tunekit.cli.app import console
-
     return max(20, console.width)
+
+
+def say(text: str) -> None:
+    """One line of output, never cut; rich markup off (stored text is printed as it is). On a terminal it wraps
+    between words at the terminal's width (a record between its `name=value` pairs); in a log or a pipe it stays one
+    line, whole, for grep."""
+    for line in wrap(text) if console.is_terminal else [text]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def wrap(text: str, width: int | None = None) -> list[str]:
@@ -45,8 +52,6 @@ def rows(title: str | None, headers: Sequence[str], cells: Sequence[Sequence[str
     """A table where it fits the width; otherwise one record per row, `header=value` pairs wrapped between pairs,
     empty cells left out (cells are plain text, escaped here for the table; a cell should hold no space, so that a
     record's pairs stay apart)."""
-    from tunekit.cli.app import console, say
-
     widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
     if sum(widths) + 3 * len(widths) + 1 <= columns():  # each cell padded by one space each side, one border each
         table = Table(title=markup(title) if title else None)

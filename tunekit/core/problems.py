@@ -9,9 +9,12 @@ that field (an int is never a bool, a float never an int), and lies in what the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tunekit.core.errors import TunekitError
 from tunekit.core.render import brief
+from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 
 __all__ = ["MAX_SIZE", "field_types", "problem_error"]
@@ -67,3 +70,18 @@ def problem_error(spec: KernelSpec, problem: Any, where: str = "") -> str | None
         if type(value) is str and (len(value) > _MAX_TEXT or not value.isprintable()):
             return f"{label(name)} must be printable text of at most {_MAX_TEXT} characters, but got {brief(value)}"
     return None
+
+
+def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
+    """A problem of `spec`, as its declaration allows (tunekit.core.problems); else a one-line TunekitError."""
+    error = problem_error(spec, problem)
+    if error is not None:
+        raise TunekitError(error)
+    return dict(problem)
+
+
+def checked_items(plan: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, dict[str, Value]]]:
+    """Each (kernel, problem) of a plan about to be written, checked by its kernel's declaration."""
+    from tunekit.core.registry import get_spec  # the registry imports the kernels, which import this module
+
+    return [(kernel, check_problem(get_spec(kernel), dict(problem))) for kernel, problem in plan]

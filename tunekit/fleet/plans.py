@@ -4,32 +4,15 @@ and `tunekit record`'s suite plans), checked the way an imported database entry 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
-from tunekit.core.problems import problem_error
+from tunekit.core.problems import check_problem
 from tunekit.core.render import all_text
 from tunekit.core.space import Value
-from tunekit.core.spec import KernelSpec
 from tunekit.runtime.recorder import plan_line
 from tunekit.store.user_entries import is_user_kernel
-
-
-def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
-    """A problem of `spec`, as its declaration allows (tunekit.core.problems); else a one-line TunekitError."""
-    error = problem_error(spec, problem)
-    if error is not None:
-        raise TunekitError(error)
-    return dict(problem)
-
-
-def checked_items(plan: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, dict[str, Value]]]:
-    """Each (kernel, problem) of a plan about to be written, checked by its kernel's declaration."""
-    from tunekit.core.registry import get_spec
-
-    return [(kernel, check_problem(get_spec(kernel), dict(problem))) for kernel, problem in plan]
 
 
 def _shape(value: Any) -> tuple[int, ...]:

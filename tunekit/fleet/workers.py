@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.core.errors import TunekitError
+from tunekit.core.problems import check_problem
 from tunekit.core.space import Config
-from tunekit.fleet.plans import check_problem
 from tunekit.fleet.queue import IDLE_POLL_S, Claim, Job, JobQueue
 from tunekit.store.entry import Entry
 from tunekit.tuning.shared_bench import SharedBench

@@ -34,7 +34,7 @@ def plan_line(kernel: str, problem: Mapping[str, Any]) -> str:
 def write_plan(path: Path | str, plan: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
     """Write a plan file (JSON lines, duplicates dropped); returns the number of problems. A problem its kernel's
     declaration refuses is a TunekitError, and nothing is written."""
-    from tunekit.fleet.plans import checked_items
+    from tunekit.core.problems import checked_items
 
     lines = list(dict.fromkeys(plan_line(kernel, problem) for kernel, problem in checked_items(plan)))
     try:

@@ -218,26 +218,13 @@ def _capturing() -> bool:
 
 def check(spec: KernelSpec, problem: Problem, entry: Entry, device: DeviceFingerprint) -> Verdict:
     """Compile, verify and time `entry`'s config here; torch's op timed beside it."""
-    import torch
-
     from tunekit.core import backend
-    from tunekit.tuning.bench import default_timer
-    from tunekit.tuning.torch_candidate import time_torch
-    from tunekit.tuning.verify import measure
+    from tunekit.tuning.spot_check import measure_here
 
-    timer = default_timer()
-    seed = 0
-    where = backend.torch_device()
-    # Run as the tuner does, whatever the caller's context: no autograd, no autocast (which would change what the
-    # reference computes and record a false "wrong").
-    with torch.no_grad(), torch.autocast(where.type, enabled=False):
-        try:
-            inputs = spec.make_inputs(problem, where, seed)
-            outputs = spec.alloc_outputs(inputs)
-            record = measure(spec, entry.config, problem, where, inputs, outputs, timer, seed + 1)
-        except Exception as exc:  # another Triton may break a config in any way: whatever it is, torch serves
-            return Verdict(False, f"fails here: {type(exc).__name__}: {str(exc)[:200]}")
-        torch_ms = None if backend.INTERPRETED else time_torch(spec, problem, seed, timer)
+    try:
+        record, torch_ms = measure_here(spec, problem, entry.config)
+    except Exception as exc:  # another Triton may break a config in any way: whatever it is, torch serves
+        return Verdict(False, f"fails here: {type(exc).__name__}: {str(exc)[:200]}")
     if record.status != "ok" or record.time_ms is None:
         return Verdict(False, f"{record.status} here: {record.error}")
     if backend.INTERPRETED:

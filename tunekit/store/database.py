@@ -441,16 +441,6 @@ def _import_one(store: Store, entry: Entry, path: Path) -> str:
     return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
 
 
-def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, store: Store) -> str:
-    """The dispatch layer that serves a stored entry's problem here (`tunekit show`), or, for a problem this kernel
-    no longer declares (a field renamed or retyped since the entry was stored), that nothing does."""
-    from tunekit.runtime.dispatch import resolve
-
-    if problem_error(spec, problem) is not None:
-        return "nothing (stale: not a problem of the kernel as it is now)"
-    return resolve(spec, problem, device, store).layer
-
-
 @functools.lru_cache(maxsize=1)
 def shipped_entries() -> dict[CacheKey, Entry]:
     """Every entry of the databases shipped in cache/ (read-only). A bad file is skipped with a warning."""

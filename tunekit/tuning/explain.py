@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.occupancy import RESERVED_SMEM_PER_BLOCK
 from tunekit.core.space import Config, Problem, Value, config_id
-from tunekit.tuning.model import HOPELESS_RATIO, Quantization, arch_for, prune, rank, reason_kind, seed_configs
+from tunekit.tuning.model import HOPELESS_RATIO, Arch, Quantization, arch_for, prune, rank, reason_kind, seed_configs
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
@@ -198,9 +198,24 @@ def explain(
     for kind, count in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
         lines += _count_line(kind, count, width)
     lines.append("")
+    lines += _seed_lines(spec, valid, problem, limits, ranked, best_clk, width, arch)
+    return "\n".join(lines) + "\n"
+
+
+def _seed_lines(
+    spec: KernelSpec,
+    valid: list[dict[str, Value]],
+    problem: Problem,
+    limits: DeviceLimits,
+    ranked: list[Quantization],
+    best_clk: float,
+    width: int,
+    arch: Arch,
+) -> list[str]:
+    """The configs a search tries first, with their modelled time relative to the best."""
     by_id = {config_id(q.config): q for q in ranked}
     seeds = [by_id[config_id(c)] for c in seed_configs(spec.name, valid, problem, limits, SEEDS, arch=arch) or []]
-    lines += _wrap(
+    lines = _wrap(
         f"Seeds: the {len(seeds)} top-modelled configs a search tries first (the best of each family first)", "", width
     )
     for i, q in enumerate(seeds, 1):
@@ -208,7 +223,7 @@ def explain(
         lines += _wrap(
             f"{i:>2}. rel {rel:.2f}  tiles {q.tiles}  waves {q.waves}  {_config_text(q.config)}", "  ", width
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _count_line(name: str, count: int, width: int) -> list[str]:
