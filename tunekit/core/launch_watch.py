@@ -15,6 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunekit.core import backend
+from tunekit.core.traced_launch import is_traced, traced_launch
 
 _ALLOCATIONS = frozenset(
     {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like"}
@@ -45,7 +46,7 @@ class Watch:
     @contextmanager
     def active(self) -> Iterator[None]:
         global _WATCH
-        _instrument_kernels()
+        instrument_kernels()
         previous, _WATCH = _WATCH, self
         try:
             with _AtenWatch(self):
@@ -85,8 +86,9 @@ class _AtenWatch(TorchDispatchMode):
         return out
 
 
-def _instrument_kernels() -> None:
-    """Wrap `run` of every kernel in tunekit's kernel modules, once each: a watched call's launches are seen."""
+def instrument_kernels() -> None:
+    """Wrap `run` of every kernel in tunekit's kernel modules, once each: a watched call's launches are seen, and
+    a traced one's recorded (tunekit/core/traced_launch.py)."""
     for name, module in list(sys.modules.items()):
         if not name.startswith("tunekit.kernels") or module is None:
             continue
@@ -98,6 +100,8 @@ def _instrument_kernels() -> None:
 
 def _watched_run(kernel: Any, run: Callable[..., Any]) -> Callable[..., Any]:
     def watched(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        if is_traced(args, kwargs):  # torch.compile tracing an op: the launch becomes a node of the graph
+            return traced_launch(kernel, grid, args, kwargs)
         watch = _WATCH
         if watch is None or warmup:
             return run(*args, grid=grid, warmup=warmup, **kwargs)

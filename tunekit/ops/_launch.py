@@ -5,26 +5,52 @@ op trains (its custom op's registered autograd, and the eager Function)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 from torch.library import CustomOpDef
 
+from tunekit.core import launch_watch
 from tunekit.core.space import Config
 from tunekit.core.spec import Inputs, KernelSpec, Outputs
+from tunekit.core.traced_launch import is_traced, traced_pointers
 from tunekit.ops._checks import grads_flow
-from tunekit.runtime.dispatch import TORCH, Dispatcher
+from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, torch_serves_all
 from tunekit.runtime.eager_autograd import SetupContext, eager_function
 from tunekit.runtime.hotpath import hot_path, readable
 
 GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
 
 
+def served_by(*kernels: Dispatcher) -> dict[str, Callable[[], bool]]:
+    """An op's hot_path arguments that depend on its kernels (forward and backward): whether torch serves all of
+    their problems here, and whether one of them serves under torch.compile."""
+    return {
+        "torch_serves_all": partial(torch_serves_all, *kernels),
+        "chosen_under_compile": partial(chosen_under_compile, *kernels),
+    }
+
+
+def _traced(inputs: Inputs) -> bool:
+    """torch.compile tracing the op (its Python, or AOT autograd's decomposition of the op on fake tensors)."""
+    return torch.compiler.is_compiling() or is_traced(tuple(inputs), {})
+
+
+def served_config(kernel: Dispatcher, inputs: Inputs) -> Config:
+    """The config dispatch serves for these inputs; while torch.compile traces the op, the one its graph runs
+    (Dispatcher.under_compile: TORCH where the kernel does not beat Inductor's code for the problem)."""
+    if not _traced(inputs):
+        return kernel.config(kernel.spec.key_of(inputs))
+    with traced_pointers():
+        return kernel.under_compile(kernel.spec.key_of(inputs))
+
+
 def dispatch_launch(kernel: Dispatcher, inputs: Inputs, outputs: Outputs) -> bool:
     """Launch the config dispatch serves for these inputs into `outputs`. False, with nothing launched, where it
     serves torch's own op: the caller then runs torch."""
     spec = kernel.spec
-    config = kernel.config(spec.key_of(inputs))
+    config = served_config(kernel, inputs)
     if config is TORCH:
         return False
     launch_on_their_device(spec, config, inputs, outputs)
@@ -37,6 +63,11 @@ def launch_on_their_device(spec: KernelSpec, config: Config, inputs: Inputs, out
     Inputs with torch's negative or conjugate bit (a view derived inside the op keeps them) are resolved first: the
     kernel reads raw memory."""
     inputs = tuple(map(readable, inputs))
+    if _traced(inputs):  # each launch becomes a node of the graph being traced (core/traced_launch.py)
+        launch_watch.instrument_kernels()
+        with traced_pointers():
+            spec.launch(config, inputs, outputs)
+        return
     out = outputs[0]
     if out.is_cuda and out.get_device() != torch.cuda.current_device():
         with torch.cuda.device(out.device):

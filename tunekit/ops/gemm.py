@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -30,8 +29,8 @@ from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.ops._launch import dispatch_launch
-from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, served_by
+from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 
@@ -173,7 +172,7 @@ def _matmul(
     return _gemm_2d(_Gemm(a, b, bias, residual, activation, alpha, beta))
 
 
-_matmul_op = torch.library.custom_op("tunekit::matmul", _matmul, mutates_args=())
+_matmul_op = torch.library.triton_op("tunekit::matmul", _matmul, mutates_args=())
 
 
 @_matmul_op.register_fake
@@ -247,7 +246,7 @@ def _torch_linear(
     return y if residual is None else y + residual
 
 
-@hot_path(_torch_matmul, torch_serves_all=partial(torch_serves_all, _GEMM))
+@hot_path(_torch_matmul, **served_by(_GEMM))
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -282,7 +281,7 @@ def matmul(
     return _gemm_2d(g)
 
 
-@hot_path(_torch_linear, torch_serves_all=partial(torch_serves_all, _GEMM))
+@hot_path(_torch_linear, **served_by(_GEMM))
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

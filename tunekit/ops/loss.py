@@ -20,7 +20,6 @@ torch.compile(fullgraph=True); eager calls whose gradients flow run the same bod
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
@@ -32,8 +31,8 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.cross_entropy import REDUCTIONS, loss_and_grad
 from tunekit.ops._checks import check_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
-from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
 _CE = dispatcher("cross_entropy")
@@ -112,7 +111,7 @@ def _cross_entropy(
     return torch_loss.to(input.dtype), torch_grad.to(input.dtype)
 
 
-@torch.library.custom_op("tunekit::cross_entropy", mutates_args=())
+@torch.library.triton_op("tunekit::cross_entropy", mutates_args=())
 def _cross_entropy_op(
     input: Tensor, target: Tensor, ignore_index: int, reduction: str, want_grad: bool
 ) -> tuple[Tensor, Tensor]:
@@ -159,7 +158,7 @@ _CROSS_ENTROPY_EAGER = trainable(
 )
 
 
-@hot_path(_torch_cross_entropy, torch_serves_all=partial(torch_serves_all, _CE))
+@hot_path(_torch_cross_entropy, **served_by(_CE))
 def cross_entropy(
     input: Tensor,
     target: Tensor,

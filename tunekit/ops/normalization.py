@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import torch
@@ -26,8 +25,8 @@ from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
-from tunekit.runtime.dispatch import Dispatcher, dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.runtime.dispatch import Dispatcher, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm")
@@ -131,7 +130,7 @@ def _layer_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, bias
     return F.layer_norm(input, tuple(shape), weight, bias, eps) if y is None else y
 
 
-@torch.library.custom_op("tunekit::layer_norm", mutates_args=())
+@torch.library.triton_op("tunekit::layer_norm", mutates_args=())
 def _layer_norm_op(
     input: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> Tensor:
@@ -171,7 +170,7 @@ def _layer_norm_backward(
     return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
 
 
-_layer_norm_backward_op = torch.library.custom_op("tunekit::layer_norm_backward", _layer_norm_backward, mutates_args=())
+_layer_norm_backward_op = torch.library.triton_op("tunekit::layer_norm_backward", _layer_norm_backward, mutates_args=())
 
 
 @_layer_norm_backward_op.register_fake
@@ -212,7 +211,7 @@ _LAYER_NORM_EAGER = trainable(
 )
 
 
-@hot_path(F.layer_norm, torch_serves_all=partial(torch_serves_all, _LAYERNORM, _LAYERNORM_BACKWARD))
+@hot_path(F.layer_norm, **served_by(_LAYERNORM, _LAYERNORM_BACKWARD))
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -244,7 +243,7 @@ def _rms_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, eps: f
     return F.rms_norm(input, tuple(shape), weight, eps) if y is None else y
 
 
-@torch.library.custom_op("tunekit::rms_norm", mutates_args=())
+@torch.library.triton_op("tunekit::rms_norm", mutates_args=())
 def _rms_norm_op(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
     return _rms_norm(input, normalized_shape, weight, eps)
 
@@ -276,7 +275,7 @@ def _rms_norm_backward(
     return dx, dw
 
 
-_rms_norm_backward_op = torch.library.custom_op("tunekit::rms_norm_backward", _rms_norm_backward, mutates_args=())
+_rms_norm_backward_op = torch.library.triton_op("tunekit::rms_norm_backward", _rms_norm_backward, mutates_args=())
 
 
 @_rms_norm_backward_op.register_fake
@@ -316,7 +315,7 @@ _RMS_NORM_EAGER = trainable(
 )
 
 
-@hot_path(F.rms_norm, torch_serves_all=partial(torch_serves_all, _RMSNORM, _RMSNORM_BACKWARD))
+@hot_path(F.rms_norm, **served_by(_RMSNORM, _RMSNORM_BACKWARD))
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
@@ -27,15 +26,15 @@ import torch
 from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
-from tunekit.ops._launch import dispatch_launch, launch_on_their_device, torch_trains_it
-from tunekit.runtime.dispatch import TORCH, dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, launch_on_their_device, served_by, served_config, torch_trains_it
+from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise")
 _POINTWISE_BACKWARD = dispatcher("pointwise_backward")
-_ONLY_TORCH = partial(torch_serves_all, _POINTWISE, _POINTWISE_BACKWARD)
+_SERVED_BY = served_by(_POINTWISE, _POINTWISE_BACKWARD)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -85,7 +84,7 @@ def _pointwise(
     b = bias.contiguous() if bias is not None else None
     r = residual.reshape(-1, n).contiguous() if residual is not None else None
     spec, inputs = _POINTWISE.spec, (x, b, r, float(scale), activation)
-    config = _POINTWISE.config(spec.key_of(inputs))
+    config = served_config(_POINTWISE, inputs)
     if config is TORCH:
         return _torch_pointwise(input, bias, residual, activation, scale)
     y = torch.empty_like(x)
@@ -130,9 +129,9 @@ def _bias_act_residual(
     return _pointwise(input, bias, residual, activation, scale)
 
 
-_gelu_op = torch.library.custom_op("tunekit::gelu", _gelu, mutates_args=())
-_bias_act_op = torch.library.custom_op("tunekit::bias_act", _bias_act, mutates_args=())
-_bias_act_residual_op = torch.library.custom_op("tunekit::bias_act_residual", _bias_act_residual, mutates_args=())
+_gelu_op = torch.library.triton_op("tunekit::gelu", _gelu, mutates_args=())
+_bias_act_op = torch.library.triton_op("tunekit::bias_act", _bias_act, mutates_args=())
+_bias_act_residual_op = torch.library.triton_op("tunekit::bias_act_residual", _bias_act_residual, mutates_args=())
 
 
 @_gelu_op.register_fake
@@ -216,7 +215,7 @@ def _pointwise_backward(
     return dx, db
 
 
-_pointwise_backward_op = torch.library.custom_op("tunekit::pointwise_backward", _pointwise_backward, mutates_args=())
+_pointwise_backward_op = torch.library.triton_op("tunekit::pointwise_backward", _pointwise_backward, mutates_args=())
 
 
 @_pointwise_backward_op.register_fake
@@ -284,7 +283,7 @@ def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return torch.nn.functional.gelu(input, approximate=approximate)
 
 
-@hot_path(_torch_gelu, torch_serves_all=_ONLY_TORCH)
+@hot_path(_torch_gelu, **_SERVED_BY)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
@@ -310,7 +309,7 @@ def _torch_bias_act_residual(
     return _torch_pointwise(input, bias, residual, activation, scale)
 
 
-@hot_path(_torch_bias_act, torch_serves_all=_ONLY_TORCH)
+@hot_path(_torch_bias_act, **_SERVED_BY)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
     if use_custom_op(input, bias):
@@ -323,7 +322,7 @@ def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *,
     return _pointwise(input, bias, None, activation, scale)
 
 
-@hot_path(_torch_bias_act_residual, torch_serves_all=_ONLY_TORCH)
+@hot_path(_torch_bias_act_residual, **_SERVED_BY)
 def bias_act_residual(
     input: torch.Tensor,
     bias: torch.Tensor | None,

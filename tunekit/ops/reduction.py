@@ -24,7 +24,6 @@ import builtins
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -35,16 +34,16 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.reduction import torch_reduction
 from tunekit.kernels.softmax import torch_softmax
 from tunekit.ops._checks import check_device, use_custom_op
-from tunekit.ops._launch import dispatch_launch
-from tunekit.runtime.dispatch import dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, served_by
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["log_softmax", "max", "mean", "softmax", "sum"]
 
 _REDUCTION = dispatcher("reduction")
 _SOFTMAX = dispatcher("softmax")
-_REDUCTION_ONLY_TORCH = partial(torch_serves_all, _REDUCTION)
-_SOFTMAX_ONLY_TORCH = partial(torch_serves_all, _SOFTMAX)
+_REDUCTION_SERVED_BY = served_by(_REDUCTION)
+_SOFTMAX_SERVED_BY = served_by(_SOFTMAX)
 _INDEX_LIMIT = 2**31 - 1  # the kernels index with int32
 
 DimArg = int | Sequence[int] | None
@@ -229,7 +228,7 @@ def _define_sum_or_mean_op(op: str, backward: Callable[..., tuple[Any, ...]]) ->
     def fake(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
         return _reduce(op, input, list(dims), keepdim, dtype, run=False)[0]
 
-    custom = torch.library.custom_op(f"tunekit::{op}_dim", kernel, mutates_args=())
+    custom = torch.library.triton_op(f"tunekit::{op}_dim", kernel, mutates_args=())
     custom.register_fake(fake)
     custom.register_autograd(backward, setup_context=_setup_sum_mean)
     return custom
@@ -239,7 +238,7 @@ _sum_op = _define_sum_or_mean_op("sum", _sum_backward)
 _mean_op = _define_sum_or_mean_op("mean", _mean_backward)
 
 
-@torch.library.custom_op("tunekit::max_dim", mutates_args=())
+@torch.library.triton_op("tunekit::max_dim", mutates_args=())
 def _max_op(input: torch.Tensor, dim: int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
     values, indices = _reduce("max", input, [dim], keepdim, None, run=True)
     assert indices is not None  # max always returns indices
@@ -285,19 +284,19 @@ def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype
     return _reduce(op, input, dims, bool(keepdim), dtype, run=True)[0]
 
 
-@hot_path(torch.sum, torch_serves_all=_REDUCTION_ONLY_TORCH)
+@hot_path(torch.sum, **_REDUCTION_SERVED_BY)
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     return _sum_or_mean("sum", input, dim, keepdim, dtype)
 
 
-@hot_path(torch.mean, torch_serves_all=_REDUCTION_ONLY_TORCH)
+@hot_path(torch.mean, **_REDUCTION_SERVED_BY)
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
     return _sum_or_mean("mean", input, dim, keepdim, dtype)
 
 
-@hot_path(torch.max, torch_serves_all=_REDUCTION_ONLY_TORCH)
+@hot_path(torch.max, **_REDUCTION_SERVED_BY)
 def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_types.max:
     """torch.max(input, dim, keepdim): (values, indices), the first index of the max; NaN wins (first NaN)."""
     _check_input(input, "max")
@@ -367,7 +366,7 @@ def _define_softmax_op(log: bool, backward: Callable[..., tuple[Any, ...]]) -> C
     def fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
         return _softmax(input, dim, dtype, log=log, run=False)
 
-    custom = torch.library.custom_op("tunekit::log_softmax" if log else "tunekit::softmax", kernel, mutates_args=())
+    custom = torch.library.triton_op("tunekit::log_softmax" if log else "tunekit::softmax", kernel, mutates_args=())
     custom.register_fake(fake)
     custom.register_autograd(backward, setup_context=_setup_softmax)
     return custom
@@ -388,13 +387,13 @@ def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log:
     return _softmax(x, d, dtype, log=log, run=True)
 
 
-@hot_path(torch.softmax, torch_serves_all=_SOFTMAX_ONLY_TORCH)
+@hot_path(torch.softmax, **_SOFTMAX_SERVED_BY)
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=False)
 
 
-@hot_path(torch.log_softmax, torch_serves_all=_SOFTMAX_ONLY_TORCH)
+@hot_path(torch.log_softmax, **_SOFTMAX_SERVED_BY)
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=True)

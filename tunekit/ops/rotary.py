@@ -22,7 +22,6 @@ torch's formula and autograd, as without tunekit. Double backward is not support
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
@@ -34,8 +33,8 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.rope import apply_rotary, rotate_half
 from tunekit.kernels.rope_backward import rotate_half_adjoint
 from tunekit.ops._checks import grads_flow
-from tunekit.ops._launch import dispatch_launch, torch_trains_it, trainable
-from tunekit.runtime.dispatch import dispatcher, torch_serves_all
+from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.hotpath import hot_path
 
 _ROPE = dispatcher("rope")
@@ -160,9 +159,9 @@ def _like_inputs(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: 
     return _output_like(q), _output_like(k)
 
 
-_rotary_op = torch.library.custom_op("tunekit::rotary_embedding", _rotary, mutates_args=())
+_rotary_op = torch.library.triton_op("tunekit::rotary_embedding", _rotary, mutates_args=())
 _rotary_op.register_fake(_like_inputs)
-_rotary_backward_op = torch.library.custom_op("tunekit::rotary_embedding_backward", _rotary_backward, mutates_args=())
+_rotary_backward_op = torch.library.triton_op("tunekit::rotary_embedding_backward", _rotary_backward, mutates_args=())
 _rotary_backward_op.register_fake(_like_inputs)
 
 
@@ -196,7 +195,7 @@ _ROTARY_EAGER = trainable(
 )
 
 
-@hot_path(_torch_rotary, torch_serves_all=partial(torch_serves_all, _ROPE, _ROPE_BACKWARD))
+@hot_path(_torch_rotary, **served_by(_ROPE, _ROPE_BACKWARD))
 def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim): (q_embed, k_embed)."""
     views = kernel_views(q, k, cos, sin, unsqueeze_dim)

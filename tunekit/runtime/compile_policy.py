@@ -1,36 +1,41 @@
-"""Which tunekit ops a torch.compile graph calls as tunekit's own; every other op traces as its torch equivalent.
+"""What a torch.compile graph runs for each tunekit op: the op's Triton kernel, or the torch code Inductor fuses.
 
 Inductor generates its own fused kernels for norms, RoPE, activations and residual adds, and picks GEMM kernels
-itself. An opaque op in the middle of such a chain stops that fusion and puts a host dispatch into every call of
-the compiled graph: patched models under compile ran at 0.64-0.79x eager for decode and 0.86-0.90x for training
-(Qwen2- and Mistral-family models on the H200), where compile alone gave 2.6x and 1.2-1.3x. So under compile an op
-is swapped only where it is measured to beat what Inductor generates for the same region
-(tests/gpu/compile_transfer.py times each choice in the model, compile alone in the same run); by default that is
-the set below. TUNEKIT_COMPILE_OPS overrides it: a comma list of op names, `all` or `none`.
+itself. An opaque op in the middle of such a chain stops that fusion: patched models with every op a custom op ran
+at 0.64-0.79x eager for decode and 0.86-0.90x for training under compile (Qwen2- and Mistral-family models on the
+H200), where compile alone gave 2.6x and 1.2-1.3x. So under compile a kernel serves a problem only where it was
+measured to beat what Inductor generates for it: the tuner's Inductor candidate (tunekit/tuning/inductor_candidate.py)
+times torch's op compiled for the problem and keeps that time with the entry (`INDUCTOR_MS`). Where a kernel wins,
+the op is a `torch.library.triton_op` whose launch becomes a Triton-kernel node of the graph (tunekit/core/
+traced_launch.py): Inductor launches it itself, with no per-call dispatch of tunekit's. Where none wins, the op
+traces as torch's own code, or a patched module's own forward: the graph compile alone builds.
 
-The set is read when this module is imported: a compiled graph treats it as a constant, so changing it means
+TUNEKIT_COMPILE_OPS overrides the measurement: a comma list of op names, `all` or `none`. A listed op always traces
+as tunekit's op and serves what it serves eagerly (for benchmarks that force a swap); the others trace as torch's.
+The setting is read when this module is imported: a compiled graph treats it as a constant, so changing it means
 compiling again (torch._dynamo.reset()).
 """
 
 from __future__ import annotations
 
-import torch
-
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
+from tunekit.store.entry import INDUCTOR_MS, Entry
 
-# Measured to win inside a compiled model (tests/gpu/compile_transfer.py, H200): see RESULTS.md.
-DEFAULT: frozenset[str] = frozenset()
 OPS = (
     "layer_norm", "rms_norm", "linear", "matmul", "softmax", "log_softmax", "sum", "mean", "max", "gelu", "bias_act",
     "bias_act_residual", "rotary_embedding", "cross_entropy",
 )  # fmt: skip
+# A kernel serves under compile only if it beats Inductor's time by more than this fraction (timing noise between
+# two separately compiled kernels on the H200: METHOD.md's repeat-to-repeat spread of medians is ~1-2%).
+MARGIN = 0.02
 
 
-def _from_settings() -> frozenset[str]:
+def _from_settings() -> frozenset[str] | None:
+    """The ops TUNEKIT_COMPILE_OPS forces, or None (unset: measured per problem)."""
     raw = settings.compile_ops()
     if raw is None:
-        return DEFAULT
+        return None
     if raw == "all":
         return frozenset(OPS)
     if raw == "none":
@@ -42,14 +47,22 @@ def _from_settings() -> frozenset[str]:
     return names
 
 
-SWAPPED: frozenset[str] = _from_settings()
+FORCED: frozenset[str] | None = _from_settings()
 
 
-def swapped_under_compile(op_name: str) -> bool:
-    return op_name in SWAPPED
+def beats_inductor(entry: Entry | None) -> bool:
+    """Whether a tuned entry serves its kernel under compile: with the ops forced (FORCED set) every served entry
+    does; otherwise one whose time beats Inductor's measured time for the problem by more than MARGIN."""
+    if FORCED is not None:
+        return True
+    if entry is None:
+        return False
+    inductor_ms = entry.provenance.get(INDUCTOR_MS)
+    if not isinstance(inductor_ms, (int, float)) or isinstance(inductor_ms, bool) or inductor_ms <= 0:
+        return False
+    return entry.time_ms < inductor_ms * (1 - MARGIN)
 
 
-def traces_as_model_code(op_name: str) -> bool:
-    """Being compiled, and `op_name` not swapped: a patched module (or RoPE function) then runs the model's own code,
-    so the compiled graph is the one compile alone would build."""
-    return torch.compiler.is_compiling() and op_name not in SWAPPED
+def forced(op_name: str) -> bool | None:
+    """True or False where TUNEKIT_COMPILE_OPS decides for this op; None where measurement does."""
+    return None if FORCED is None else op_name in FORCED

@@ -28,7 +28,7 @@ from tunekit.core.identity import explain_change
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
-from tunekit.runtime import hotpath, recorder, version_policy
+from tunekit.runtime import compile_policy, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
 from tunekit.store.entry import DEMOTED, Entry
@@ -117,6 +117,11 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     return Resolution(layer, entry.config, entry)
 
 
+def serves_kernel(spec: KernelSpec, entry: Entry, device: DeviceFingerprint) -> bool:
+    """Whether dispatch serves `entry`'s kernel config (not torch's op) for its problem on `device`."""
+    return _tuned(spec, "cache", entry, device).config is not TORCH
+
+
 def _open_store() -> Store | None:
     try:
         return Store()
@@ -131,6 +136,7 @@ class Dispatcher:
     def __init__(self, kernel: str) -> None:
         self.kernel = kernel
         self.memo: dict[ProblemKey, Config] = {}
+        self.compile_memo: dict[ProblemKey, Config] = {}  # what a compiled graph runs, decided when traced
         self.served_by: dict[ProblemKey, str] = {}
         self.counters: Counter[str] = Counter()  # resolutions by layer (memo misses)
         self.memo_hits = 0
@@ -147,6 +153,29 @@ class Dispatcher:
         if config is TORCH and launch_watch.watching():
             launch_watch.note_torch_served()
         return config
+
+    def under_compile(self, key: ProblemKey) -> Config:
+        """What a torch.compile graph runs for `key`, decided when it is traced: the config served eagerly where
+        its entry beats Inductor's code for the problem (compile_policy.beats_inductor), else TORCH: torch's code,
+        which Inductor fuses with its neighbours."""
+        config = self.config(key)
+        if config is TORCH:
+            return config
+        chosen = self.compile_memo.get(key)
+        if chosen is None:
+            entry = None if compile_policy.FORCED is not None else self._entry(key)
+            chosen = self.compile_memo[key] = config if compile_policy.beats_inductor(entry) else TORCH
+        return chosen
+
+    def _entry(self, key: ProblemKey) -> Entry | None:
+        """The problem's own entry (not the nearest problem's: its Inductor time was measured on another problem)."""
+        store = _open_store()
+        try:
+            resolution = resolve(self.spec, self.spec.problem_dict(key), fingerprint(), store)
+            return resolution.entry if resolution.layer in ("cache", "shipped") else None
+        finally:
+            if store is not None:
+                store.close()
 
     def _miss(self, key: ProblemKey) -> Config:
         spec = self.spec
@@ -192,6 +221,7 @@ class Dispatcher:
 
     def clear(self) -> None:
         self.memo.clear()
+        self.compile_memo.clear()
         self.served_by.clear()
         self.counters.clear()
         self.memo_hits = 0
@@ -230,6 +260,25 @@ def torch_serves_all(*dispatchers: Dispatcher) -> bool:
         store.close()
 
 
+def chosen_under_compile(*dispatchers: Dispatcher) -> bool:
+    """Whether a kernel of these serves some problem under torch.compile on this device: an entry in the user's
+    cache or a shipped database that dispatch serves eagerly and that beats Inductor's code for its problem. Where
+    none does, an op of these kernels traces as torch's code (compile_policy)."""
+    device = fingerprint()
+    store = _open_store()
+    try:
+        for d in dispatchers:
+            local = store.scope_entries(d.kernel, device.key) if store is not None else []
+            for entry in (*local, *shipped_scope(d.kernel, device.key)):
+                current = entry.key.source_hash == d.spec.source_hash
+                if current and serves_kernel(d.spec, entry, device) and compile_policy.beats_inductor(entry):
+                    return True
+        return False
+    finally:
+        if store is not None:
+            store.close()
+
+
 def served_configs() -> dict[str, dict[ProblemKey, Config]]:
     """What each kernel's memo serves now, by problem key: after a run, every problem it met and its config."""
     return {kernel: dict(d.memo) for kernel, d in _DISPATCHERS.items() if d.memo}
@@ -253,6 +302,7 @@ def forget_memos() -> None:
     """Empty every memo (not the counters): the next call for each key resolves again (tunekit.record_problems)."""
     for d in _DISPATCHERS.values():
         d.memo.clear()
+        d.compile_memo.clear()
     hotpath.forget_plans()
 
 

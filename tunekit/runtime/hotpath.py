@@ -123,12 +123,15 @@ class HotPath:
         op: Callable[..., Any],
         torch_equivalent: Callable[..., Any] | None,
         torch_serves_all: Callable[[], bool] | None = None,
+        chosen_under_compile: Callable[[], bool] | None = None,
     ) -> None:
         self.traced = op  # what torch.compile traces (Dynamo cannot trace the bit tests; the launch resolves them)
         self.op = _readable_arguments(op)
         self.torch_equivalent = torch_equivalent
         self.torch_serves_all = torch_serves_all
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
+        self.chosen_under_compile = chosen_under_compile
+        self.compile_chosen: bool | None = None  # decided when first traced, again after `forget`
         self.plans: dict[tuple[object, ...], object] = {}
         self.stats = Stats()
         self.name = op.__name__
@@ -136,12 +139,10 @@ class HotPath:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
-            # The graph holds torch's own ops, which Inductor fuses with their neighbours, unless this op is one that
-            # wins under compile (compile_policy) and something of tunekit's can serve it (an eager call decided
-            # only_torch; dynamo guards on the attribute, so a decision changed by reset_all recompiles). A
-            # recording traces the op itself, so that its problems are recorded.
-            swapped = compile_policy.swapped_under_compile(self.name) and not self.only_torch
-            if swapped or recorder.ACTIVE or self.torch_equivalent is None:
+            # The graph holds torch's own ops, which Inductor fuses with their neighbours, unless a kernel of this
+            # op beats Inductor's code for some problem (compile_policy): then the op itself, whose body decides per
+            # problem when traced. A recording traces the op itself, so that its problems are recorded.
+            if recorder.ACTIVE or self.torch_equivalent is None or traces_op(self.name):
                 return self.traced(*args, **kwargs)
             return self.torch_equivalent(*args, **kwargs)
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
@@ -194,6 +195,7 @@ class HotPath:
     def forget(self) -> None:
         self.plans.clear()
         self.only_torch = None
+        self.compile_chosen = None
 
 
 def hot_path(
@@ -201,6 +203,7 @@ def hot_path(
     *,
     public: bool = True,
     torch_serves_all: Callable[[], bool] | None = None,
+    chosen_under_compile: Callable[[], bool] | None = None,
 ) -> Callable[[F], F]:
     """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes.
     `torch_serves_all()` says whether dispatch serves torch for every problem of the op's kernels (forward and
@@ -209,11 +212,33 @@ def hot_path(
     the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
-        hot = HotPath(op, torch_equivalent, torch_serves_all)
+        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile)
         (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 
     return wrap
+
+
+@torch._dynamo.assume_constant_result
+def _measured_swap(name: str) -> bool:
+    """Whether op `name` traces as itself under compile by measurement; a constant to Dynamo (it reads the store)."""
+    hot = next(h for h in _OPS if h.name == name)
+    if hot.compile_chosen is None:
+        hot.compile_chosen = hot.chosen_under_compile is not None and hot.chosen_under_compile()
+    return hot.compile_chosen
+
+
+def traces_op(name: str) -> bool:
+    """Whether a torch.compile graph calls op `name` as tunekit's op (whose body picks kernel or torch code per
+    problem), not as torch's own code: as TUNEKIT_COMPILE_OPS forces, else as measured (compile_policy)."""
+    forced = compile_policy.forced(name)
+    return _measured_swap(name) if forced is None else forced
+
+
+def traces_as_model_code(op_name: str) -> bool:
+    """Being compiled, and op `op_name` not traced as tunekit's: a patched module (or RoPE function) then runs the
+    model's own code, so the compiled graph is the one compile alone would build."""
+    return torch.compiler.is_compiling() and not traces_op(op_name)
 
 
 def forget_plans() -> None:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from tunekit import ops
 from tunekit.ops import loss
+from tunekit.runtime.hotpath import traces_as_model_code
 
 _KEPT = "_tunekit_loss_function"  # on a patched model: (whether it held its own loss function, the original)
 _IGNORE = -100
@@ -88,15 +89,18 @@ def _is_next_token_loss(fn: Callable[..., Any]) -> bool:
 
 def _fused(original: Callable[..., Any]) -> Callable[..., Any]:
     def next_token_cross_entropy(logits: Any, labels: Any, vocab_size: Any = None, **kwargs: Any) -> Any:
-        probed_form = isinstance(logits, torch.Tensor) and isinstance(labels, torch.Tensor) and not (
-            set(kwargs) - _ACCEPTED or kwargs.get("shift_labels") is not None
+        probed_form = (
+            isinstance(logits, torch.Tensor)
+            and isinstance(labels, torch.Tensor)
+            and not (set(kwargs) - _ACCEPTED or kwargs.get("shift_labels") is not None)
         )
-        if not probed_form or torch.compiler.is_compiling() or (vocab_size not in (None, logits.shape[-1])):
+        if not probed_form or traces_as_model_code("cross_entropy") or vocab_size not in (None, logits.shape[-1]):
             return original(logits, labels, vocab_size, **kwargs)  # compiled: the compiler fuses the original
         ignore_index = kwargs.get("ignore_index", _IGNORE)
         shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:].reshape(-1).to(logits.device)
         rows = logits.reshape(-1, logits.shape[-1])
-        if not loss.kernel_serves(rows, shifted, ignore_index, "none"):
+        # (compiled: the op's body picks kernel or torch code per problem when traced)
+        if not torch.compiler.is_compiling() and not loss.kernel_serves(rows, shifted, ignore_index, "none"):
             return original(logits, labels, vocab_size, **kwargs)  # torch's op on fp32 logits, as written
         # Per-row losses (fp32 math, rounded once to the logits' dtype), summed in fp32: the loss keeps fp32's
         # precision without an fp32 copy of the logits.

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from tunekit import ops
-from tunekit.runtime.compile_policy import traces_as_model_code
+from tunekit.runtime.hotpath import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
 _computes_rope: dict[Callable[..., Any], bool] = {}  # a function shared by every layer is probed once

@@ -1,0 +1,119 @@
+"""Under torch.compile a served kernel is a Triton-kernel node of the compiled graph (torch.library.triton_op and
+its traced launch), not a custom op that dispatches in Python on every call; and what the graph runs is chosen per
+problem: the kernel where its entry beats Inductor's measured time for the problem, torch's code elsewhere.
+
+The graphs are the forward graphs AOT autograd hands the backend (after the ops are decomposed), compiled with
+aot_eager semantics and run in the interpreter. Inference only: the interpreter has no compiled IR for torch to
+find which arguments a kernel writes (tunekit/core/traced_launch.py); the GPU run checks training."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+import tunekit.ops as tk
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.runtime import compile_policy, dispatch
+from tunekit.store.entry import INDUCTOR_MS, Entry
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+# torch warns once per traced kernel that, lacking compiled IR, it takes every argument as written
+logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").setLevel(logging.ERROR)
+
+KERNEL_NODE = "triton_kernel_wrapper"
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int = 32, hidden: int = 48) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w1 = torch.nn.Parameter(torch.randn(hidden, d, generator=g) / d**0.5)
+        self.b1 = torch.nn.Parameter(torch.randn(hidden, generator=g) * 0.1)
+        self.w2 = torch.nn.Parameter(torch.randn(d, hidden, generator=g) / hidden**0.5)
+        self.norm_w = torch.nn.Parameter(1 + 0.1 * torch.randn(d, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = tk.rms_norm(x, (x.shape[-1],), self.norm_w, 1e-6)
+        h = tk.linear(h, self.w1, self.b1, activation="gelu_tanh")
+        h = tk.linear(h, self.w2, residual=x)
+        return tk.sum(tk.softmax(h, dim=-1) * h, dim=-1)
+
+
+def _compiled_targets(fn, *args: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+    """The call targets of the forward graph torch.compile(fullgraph=True) builds for fn, and its output."""
+    targets: list[str] = []
+
+    def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep))(*args)
+    torch._dynamo.reset()
+    return targets, out
+
+
+@pytest.mark.usefixtures("swapped_under_compile")
+def test_served_kernels_are_graph_nodes_with_no_op_dispatch() -> None:
+    block = Block()
+    x = torch.randn(2, 5, 32)
+    targets, out = _compiled_targets(block, x)
+    kernels = [t for t in targets if KERNEL_NODE in t]
+    # rms_norm, two GEMMs (the second with its residual), softmax, sum: one launch each at least
+    assert len(kernels) >= 5, targets
+    assert not [t for t in targets if "tunekit" in t], targets  # no custom op left for Python to dispatch
+    with torch.no_grad():
+        want = block(x)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def _plant_rms_norm(x: torch.Tensor, weight: torch.Tensor, provenance: dict[str, object]) -> None:
+    """An entry of its own for the RMSNorm problem of x (the config the interpreter serves it now)."""
+    with torch.no_grad():
+        tk.rms_norm(x, (x.shape[-1],), weight, 1e-6)
+    spec, device = get_spec("rmsnorm"), fingerprint()
+    ((key, config),) = dispatch.served_configs()["rmsnorm"].items()
+    problem = spec.problem_dict(key)
+    with Store() as store:
+        store.put(Entry(CacheKey.make(spec.name, spec.source_hash, device.key, problem), dict(config), 1.0,
+                        device.to_json(), provenance))  # fmt: skip
+    dispatch.reset_all()
+
+
+@pytest.mark.parametrize(
+    ("provenance", "kernel_in_graph"),
+    [
+        ({INDUCTOR_MS: 2.0}, True),  # twice as fast as Inductor's code for the problem: the kernel
+        ({INDUCTOR_MS: 1.01}, False),  # within the margin: Inductor's code, which it can fuse
+        ({}, False),  # never timed against Inductor: torch's code
+    ],
+)
+def test_the_stored_under_compile_choice_is_served(
+    monkeypatch: pytest.MonkeyPatch, provenance: dict[str, object], kernel_in_graph: bool
+) -> None:
+    monkeypatch.setattr(compile_policy, "FORCED", None)  # measured, as without TUNEKIT_COMPILE_OPS
+    dispatch.reset_all()
+    x, weight = torch.randn(6, 32), 1 + 0.1 * torch.randn(32)
+    _plant_rms_norm(x, weight, provenance)
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return tk.rms_norm(x, (32,), weight, 1e-6) * 2
+
+    targets, out = _compiled_targets(norm, x)
+    assert any(KERNEL_NODE in t for t in targets) is kernel_in_graph, targets
+    assert not [t for t in targets if "tunekit" in t], targets
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (32,), weight, 1e-6) * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_with_no_chosen_kernel_traces_as_torchs_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_policy, "FORCED", None)
+    dispatch.reset_all()
+    block = Block()
+    targets, _ = _compiled_targets(block, torch.randn(2, 5, 32))
+    assert not [t for t in targets if KERNEL_NODE in t or "tunekit" in t], targets
