@@ -18,7 +18,7 @@ import tunekit.ops as tk
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.runtime import compile_policy, dispatch
-from tunekit.store.entry import INDUCTOR_MS, Entry
+from tunekit.store.entry import UNDER_COMPILE, Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
@@ -89,9 +89,13 @@ def _plant_rms_norm(x: torch.Tensor, weight: torch.Tensor, provenance: dict[str,
 @pytest.mark.parametrize(
     ("provenance", "kernel_in_graph"),
     [
-        ({INDUCTOR_MS: 2.0}, True),  # twice as fast as Inductor's code for the problem: the kernel
-        ({INDUCTOR_MS: 1.01}, False),  # within the margin: Inductor's code, which it can fuse
-        ({}, False),  # never timed against Inductor: torch's code
+        # compiled, twice as fast as Inductor's code for the problem: the kernel
+        ({UNDER_COMPILE: {"kernel_ms": 1.0, "inductor_ms": 2.0}}, True),
+        # within the margin: Inductor's code, which it can fuse with its neighbours
+        ({UNDER_COMPILE: {"kernel_ms": 1.0, "inductor_ms": 1.01}}, False),
+        # faster eagerly (the entry's 1.0 ms) but slower as Inductor builds it
+        ({UNDER_COMPILE: {"kernel_ms": 2.5, "inductor_ms": 2.0}}, False),
+        ({}, False),  # never timed under compile: torch's code
     ],
 )
 def test_the_stored_under_compile_choice_is_served(
@@ -117,3 +121,21 @@ def test_an_op_with_no_chosen_kernel_traces_as_torchs_code(monkeypatch: pytest.M
     block = Block()
     targets, _ = _compiled_targets(block, torch.randn(2, 5, 32))
     assert not [t for t in targets if KERNEL_NODE in t or "tunekit" in t], targets
+
+
+def test_the_compiled_kernel_probe_runs_the_kernel_as_a_graph_node() -> None:
+    """What tuning/inductor_candidate.py times as "the kernel under compile": a graph holding only the kernel."""
+    from tunekit.tuning import inductor_candidate
+
+    spec, device = get_spec("rmsnorm"), fingerprint()
+    problem = spec.problem_from_shape((24, 40), "float32")
+    inputs = spec.make_inputs(problem, torch.device("cpu"), 0)
+    inductor_candidate._PROBES["test"] = (spec, spec.heuristic(problem, device), inputs)
+    tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
+    try:
+        targets, out = _compiled_targets(lambda ts: torch.ops.tunekit.compiled_launch(ts, "test"), tensors)
+    finally:
+        del inductor_candidate._PROBES["test"]
+    assert [t for t in targets if KERNEL_NODE in t] and not [t for t in targets if "tunekit" in t], targets
+    (want,) = spec.reference(inputs)
+    torch.testing.assert_close(out[0], want.to(out[0].dtype), rtol=1e-4, atol=1e-4)

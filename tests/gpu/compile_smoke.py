@@ -24,7 +24,10 @@ logits = torch.randn(64, 1000, device=dev, dtype=dt)
 target = torch.randint(0, 1000, (64,), device=dev)
 cos, sin = torch.randn(1, 64, 1, 64, device=dev, dtype=dt), torch.randn(1, 64, 1, 64, device=dev, dtype=dt)
 q = torch.randn(1, 64, 4, 64, device=dev, dtype=dt)
+big = torch.randn(2048, 3584, device=dev, dtype=dt)
+big_w = torch.randn(3584, device=dev, dtype=dt)
 CASES = {
+    "rms_norm_2048x3584": (lambda x: tk.rms_norm(x, (3584,), big_w, 1e-6), (big,)),
     "rms_norm": (lambda x: tk.rms_norm(x, (256,), nw, 1e-6), (x,)),
     "layer_norm": (lambda x: tk.layer_norm(x, (256,), nw, None), (x,)),
     "linear": (lambda x: tk.linear(x, w, b), (x,)),
@@ -55,7 +58,7 @@ def main() -> None:
                 rows.append((name, train, "ok", diff, kernels, leftover))
             except Exception as exc:
                 tb = [ln for ln in traceback.format_exception(exc) if "/tunekit/" in ln or "/kernels/" in ln]
-                print(name, train, repr(exc)[:300], "".join(tb[-6:]), flush=True)
+                print(name, train, str(exc)[-2500:], "".join(tb[-6:]), flush=True)
                 rows.append((name, train, "FAIL", float("nan"), 0, 0))
     print(f"{'op':14} {'train':5} {'status':6} {'max diff':>9} {'kernel refs':>11} {'tunekit ops':>11}")
     for r in rows:

@@ -56,11 +56,10 @@ def mark(family: str) -> dict[str, int]:
         updated = mark_under_compile(store, device, lambda spec, e: serves_kernel(spec, e, device), kernel_timer())
     chosen = [e for e in updated if compile_policy.beats_inductor(e)] if compile_policy.FORCED is None else []
     for e in updated:
-        print(
-            f"  {e.key.kernel:20} {dict(e.key.problem)} kernel {e.time_ms:.4f} ms inductor "
-            f"{e.provenance['inductor_ms']:.4f} ms",
-            flush=True,
-        )
+        times = e.provenance["under_compile"]
+        problem = ",".join(f"{v}" for v in dict(e.key.problem).values())
+        print(f"  {e.key.kernel:18} {problem[:60]:60} eager {e.time_ms:.4f} compiled {times['kernel_ms']:.4f} "
+              f"inductor {times['inductor_ms']:.4f} ms", flush=True)  # fmt: skip
     return {"timed": len(updated), "chosen": len(chosen), "seconds": round(time.perf_counter() - t0, 1)}
 
 

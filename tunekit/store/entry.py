@@ -62,9 +62,9 @@ TORCH_MS = "torch_ms"  # provenance: torch's own op timed by the tuning run (tun
 # provenance: why this entry made a model step slower, measured in the model (tunekit.evaluation.tune_model); dispatch
 # then serves torch's op for it. It stays through re-tuning and merges until the entry is forgotten.
 DEMOTED = "demoted"
-# provenance: torch's op for the problem compiled by torch.compile (Inductor), timed after the search
-# (tunekit.tuning.inductor_candidate); under compile the kernel serves only where it beats this.
-INDUCTOR_MS = "inductor_ms"
+# provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate): {"kernel_ms": the entry's
+# kernel as Inductor builds it, "inductor_ms": torch's op compiled}; under compile the kernel serves where it wins.
+UNDER_COMPILE = "under_compile"
 
 
 def demoted(entry: Entry, why: str) -> Entry:
@@ -80,7 +80,7 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     trials.update({config_id(t.config): t for t in new.trials})
     winner = new if _faster(new.time_ms, old.time_ms) else old
     provenance = dict(winner.provenance)
-    for kept in (TORCH_MS, DEMOTED, INDUCTOR_MS):  # the newer record of each, from either side
+    for kept in (TORCH_MS, DEMOTED, UNDER_COMPILE):  # the newer record of each, from either side
         value = new.provenance.get(kept, old.provenance.get(kept))
         if value is not None:
             provenance[kept] = value
