@@ -349,11 +349,11 @@ def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: p
         store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel="rmsnorm")))
     dispatch.reset_all()
     ops.rms_norm(x, (40,), w)
-    monkeypatch.setattr(compile_policy, "SWAPPED", frozenset())  # not in the policy: torch's ops still
+    monkeypatch.setattr(compile_policy, "FORCED", frozenset())  # not forced, nor measured: torch's ops still
     targets.clear()
     torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
     assert not any("tunekit" in t for t in targets), targets  # (no recompile: the graph never read the decision)
-    monkeypatch.setattr(compile_policy, "SWAPPED", frozenset({"rms_norm"}))
+    monkeypatch.setattr(compile_policy, "FORCED", frozenset({"rms_norm"}))
     torch._dynamo.reset()
     targets.clear()
     torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))

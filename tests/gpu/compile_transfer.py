@@ -27,6 +27,7 @@ import torch
 from model_transfer import held_out  # tests/gpu/, beside this script
 
 from tunekit.core.device import fingerprint
+from tunekit.evaluation.compile_verify import verify_under_compile
 from tunekit.evaluation.tune_model import _Alternation, default_timer
 from tunekit.runtime import compile_policy, dispatch
 from tunekit.runtime.dispatch import serves_kernel
@@ -74,6 +75,31 @@ def step_of(name: str, ids: dict[str, torch.Tensor]):
     return train if name == "train" else infer
 
 
+def verify(patched, ids, step_names: list[str]) -> list[dict]:
+    """tunekit.evaluation.compile_verify over the steps: which kernels' choices the compiled model keeps."""
+    set_policy("measured")
+
+    def zeroed(step):
+        def call(m) -> None:
+            step(m)
+            m.zero_grad(set_to_none=True)
+
+        return call
+
+    steps = {}
+    for name in step_names:
+        patched.train(name == "train")
+        steps[name] = zeroed(step_of(name, ids))
+    t0 = time.perf_counter()
+    patched.train(True)  # the training step needs it; inference steps run under no_grad either way
+    verdicts = verify_under_compile(patched, steps)
+    out = [{"kernels": v.kernels, "ratios": v.ratios, "kept": v.kept} for v in verdicts]
+    for v in out:
+        print("verdict", json.dumps(v), flush=True)
+    print(f"verified in {time.perf_counter() - t0:.1f} s", flush=True)
+    return out
+
+
 def agreement(base, other, mode: str, step_name: str, ids) -> dict[str, float]:
     """Prefill logits (or the training loss) of this compiled model and of compile alone, against eager: the
     largest difference of each (compile's own difference is the yardstick)."""
@@ -97,6 +123,7 @@ def main() -> None:
     parser.add_argument("--family", default="qwen2")
     parser.add_argument("--policies", default="control,measured,all")
     parser.add_argument("--mark", action="store_true")
+    parser.add_argument("--verify", action="store_true", help="check the choices in the compiled model steps")
     parser.add_argument("--steps", default="prefill,decode,train")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
@@ -106,6 +133,7 @@ def main() -> None:
     base, ids = held_out(opts.family)
     patched = copy.deepcopy(base)
     patch(patched)
+    verdicts = verify(patched, ids, opts.steps.split(",")) if opts.verify else []
     timer = default_timer(base)
     rows: list[dict] = []
     modes = [("default", s) for s in opts.steps.split(",")] + [("reduce-overhead", "decode")]
@@ -160,7 +188,7 @@ def main() -> None:
             torch.cuda.empty_cache()
         del alone
     set_policy("measured")
-    result = {"marked": marked, "rows": rows}
+    result = {"marked": marked, "verdicts": verdicts, "rows": rows}
     (opts.out / f"compile_transfer_{opts.family}.json").write_text(json.dumps(result, indent=1))
     print(f"\n{opts.family} on {torch.cuda.get_device_name()}: tunekit.patch + compile vs compile alone")
     head = f"{'step':8} {'mode':16} {'policy':9} {'vs compile':>10} {'compile/eager':>13}"

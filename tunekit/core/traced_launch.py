@@ -30,7 +30,7 @@ _TRACED_TYPES = (FakeTensor, FunctionalTensor)
 def _offset_pointer(t: torch.Tensor) -> int:
     """A traced tensor's pointer as Inductor assumes it: its storage 16-byte aligned (the allocator's; Inductor
     checks graph inputs at run time), plus the view's offset."""
-    return t.storage_offset() * t.element_size()
+    return int(t.storage_offset()) * t.element_size()
 
 
 @contextmanager
@@ -83,9 +83,9 @@ def _hopifier() -> Any:
     )
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    class DescriptorTracingHOPifier(TracingTritonHOPifier):  # type: ignore[misc]
+    class DescriptorTracingHOPifier(TracingTritonHOPifier):
         def call_HOP(self, variable: Any, grids: Any, combined_args: dict[str, Any], tx: None) -> Any:
-            args, tma = dict(combined_args), {}
+            args, tma = dict(combined_args), dict[str, Any]()
             for name, value in combined_args.items():
                 if isinstance(value, TensorDescriptor):
                     args[name] = value.base.as_strided(list(value.shape), list(value.strides))
@@ -136,7 +136,7 @@ def _interpreted_twin(interpreted: Any) -> Any:
     """A JITFunction over an InterpretedFunction's Python function that launches the interpreted kernel."""
     from triton.runtime.jit import JITFunction
 
-    class InterpretedTwin(JITFunction):  # type: ignore[misc]
+    class InterpretedTwin(JITFunction):
         def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
             return interpreted[grid](*args, **kwargs)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 from torch.library import CustomOpDef
@@ -23,13 +23,29 @@ from tunekit.runtime.hotpath import hot_path, readable
 GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
 
 
-def served_by(*kernels: Dispatcher) -> dict[str, Callable[[], bool]]:
+class ServedBy(TypedDict):
+    torch_serves_all: Callable[[], bool]
+    chosen_under_compile: Callable[[], bool]
+
+
+def served_by(*kernels: Dispatcher) -> ServedBy:
     """An op's hot_path arguments that depend on its kernels (forward and backward): whether torch serves all of
     their problems here, and whether one of them serves under torch.compile."""
-    return {
-        "torch_serves_all": partial(torch_serves_all, *kernels),
-        "chosen_under_compile": partial(chosen_under_compile, *kernels),
-    }
+    return ServedBy(
+        torch_serves_all=partial(torch_serves_all, *kernels),
+        chosen_under_compile=partial(chosen_under_compile, *kernels),
+    )
+
+
+def kernel_op(name: str) -> Callable[[Callable[..., Any]], CustomOpDef]:
+    """Register a body as the op `tunekit::name`: a torch.library.triton_op, so that torch.compile decomposes a
+    call into the body's launches (Triton-kernel nodes of the graph, core/traced_launch.py) or torch code, as the
+    body decides per problem when traced (served_config); eagerly, the body runs as it is."""
+
+    def register(body: Callable[..., Any]) -> CustomOpDef:
+        return cast(CustomOpDef, torch.library.triton_op(f"tunekit::{name}", body, mutates_args=()))
+
+    return register
 
 
 def _traced(inputs: Inputs) -> bool:

@@ -29,7 +29,7 @@ from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.ops._launch import dispatch_launch, served_by
+from tunekit.ops._launch import dispatch_launch, kernel_op, served_by
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
@@ -172,7 +172,7 @@ def _matmul(
     return _gemm_2d(_Gemm(a, b, bias, residual, activation, alpha, beta))
 
 
-_matmul_op = torch.library.triton_op("tunekit::matmul", _matmul, mutates_args=())
+_matmul_op = kernel_op("matmul")(_matmul)
 
 
 @_matmul_op.register_fake

@@ -31,7 +31,7 @@ from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.cross_entropy import REDUCTIONS, loss_and_grad
 from tunekit.ops._checks import check_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -111,7 +111,7 @@ def _cross_entropy(
     return torch_loss.to(input.dtype), torch_grad.to(input.dtype)
 
 
-@torch.library.triton_op("tunekit::cross_entropy", mutates_args=())
+@kernel_op("cross_entropy")
 def _cross_entropy_op(
     input: Tensor, target: Tensor, ignore_index: int, reduction: str, want_grad: bool
 ) -> tuple[Tensor, Tensor]:

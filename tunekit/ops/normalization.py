@@ -25,7 +25,7 @@ from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
 from tunekit.runtime.dispatch import Dispatcher, dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -130,7 +130,7 @@ def _layer_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, bias
     return F.layer_norm(input, tuple(shape), weight, bias, eps) if y is None else y
 
 
-@torch.library.triton_op("tunekit::layer_norm", mutates_args=())
+@kernel_op("layer_norm")
 def _layer_norm_op(
     input: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> Tensor:
@@ -170,7 +170,7 @@ def _layer_norm_backward(
     return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
 
 
-_layer_norm_backward_op = torch.library.triton_op("tunekit::layer_norm_backward", _layer_norm_backward, mutates_args=())
+_layer_norm_backward_op = kernel_op("layer_norm_backward")(_layer_norm_backward)
 
 
 @_layer_norm_backward_op.register_fake
@@ -243,7 +243,7 @@ def _rms_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, eps: f
     return F.rms_norm(input, tuple(shape), weight, eps) if y is None else y
 
 
-@torch.library.triton_op("tunekit::rms_norm", mutates_args=())
+@kernel_op("rms_norm")
 def _rms_norm_op(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
     return _rms_norm(input, normalized_shape, weight, eps)
 
@@ -275,7 +275,7 @@ def _rms_norm_backward(
     return dx, dw
 
 
-_rms_norm_backward_op = torch.library.triton_op("tunekit::rms_norm_backward", _rms_norm_backward, mutates_args=())
+_rms_norm_backward_op = kernel_op("rms_norm_backward")(_rms_norm_backward)
 
 
 @_rms_norm_backward_op.register_fake

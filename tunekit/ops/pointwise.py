@@ -26,7 +26,14 @@ import torch
 from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
-from tunekit.ops._launch import dispatch_launch, launch_on_their_device, served_by, served_config, torch_trains_it
+from tunekit.ops._launch import (
+    dispatch_launch,
+    kernel_op,
+    launch_on_their_device,
+    served_by,
+    served_config,
+    torch_trains_it,
+)
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
@@ -129,9 +136,9 @@ def _bias_act_residual(
     return _pointwise(input, bias, residual, activation, scale)
 
 
-_gelu_op = torch.library.triton_op("tunekit::gelu", _gelu, mutates_args=())
-_bias_act_op = torch.library.triton_op("tunekit::bias_act", _bias_act, mutates_args=())
-_bias_act_residual_op = torch.library.triton_op("tunekit::bias_act_residual", _bias_act_residual, mutates_args=())
+_gelu_op = kernel_op("gelu")(_gelu)
+_bias_act_op = kernel_op("bias_act")(_bias_act)
+_bias_act_residual_op = kernel_op("bias_act_residual")(_bias_act_residual)
 
 
 @_gelu_op.register_fake
@@ -215,7 +222,7 @@ def _pointwise_backward(
     return dx, db
 
 
-_pointwise_backward_op = torch.library.triton_op("tunekit::pointwise_backward", _pointwise_backward, mutates_args=())
+_pointwise_backward_op = kernel_op("pointwise_backward")(_pointwise_backward)
 
 
 @_pointwise_backward_op.register_fake

@@ -34,7 +34,7 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.reduction import torch_reduction
 from tunekit.kernels.softmax import torch_softmax
 from tunekit.ops._checks import check_device, use_custom_op
-from tunekit.ops._launch import dispatch_launch, served_by
+from tunekit.ops._launch import dispatch_launch, kernel_op, served_by
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -228,7 +228,7 @@ def _define_sum_or_mean_op(op: str, backward: Callable[..., tuple[Any, ...]]) ->
     def fake(input: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
         return _reduce(op, input, list(dims), keepdim, dtype, run=False)[0]
 
-    custom = torch.library.triton_op(f"tunekit::{op}_dim", kernel, mutates_args=())
+    custom = kernel_op(f"{op}_dim")(kernel)
     custom.register_fake(fake)
     custom.register_autograd(backward, setup_context=_setup_sum_mean)
     return custom
@@ -238,7 +238,7 @@ _sum_op = _define_sum_or_mean_op("sum", _sum_backward)
 _mean_op = _define_sum_or_mean_op("mean", _mean_backward)
 
 
-@torch.library.triton_op("tunekit::max_dim", mutates_args=())
+@kernel_op("max_dim")
 def _max_op(input: torch.Tensor, dim: int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
     values, indices = _reduce("max", input, [dim], keepdim, None, run=True)
     assert indices is not None  # max always returns indices
@@ -366,7 +366,7 @@ def _define_softmax_op(log: bool, backward: Callable[..., tuple[Any, ...]]) -> C
     def fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
         return _softmax(input, dim, dtype, log=log, run=False)
 
-    custom = torch.library.triton_op("tunekit::log_softmax" if log else "tunekit::softmax", kernel, mutates_args=())
+    custom = kernel_op("log_softmax" if log else "softmax")(kernel)
     custom.register_fake(fake)
     custom.register_autograd(backward, setup_context=_setup_softmax)
     return custom

@@ -33,7 +33,7 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.rope import apply_rotary, rotate_half
 from tunekit.kernels.rope_backward import rotate_half_adjoint
 from tunekit.ops._checks import grads_flow
-from tunekit.ops._launch import dispatch_launch, served_by, torch_trains_it, trainable
+from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.hotpath import hot_path
 
@@ -159,9 +159,9 @@ def _like_inputs(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: 
     return _output_like(q), _output_like(k)
 
 
-_rotary_op = torch.library.triton_op("tunekit::rotary_embedding", _rotary, mutates_args=())
+_rotary_op = kernel_op("rotary_embedding")(_rotary)
 _rotary_op.register_fake(_like_inputs)
-_rotary_backward_op = torch.library.triton_op("tunekit::rotary_embedding_backward", _rotary_backward, mutates_args=())
+_rotary_backward_op = kernel_op("rotary_embedding_backward")(_rotary_backward)
 _rotary_backward_op.register_fake(_like_inputs)
 
 

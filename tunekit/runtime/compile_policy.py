@@ -50,17 +50,24 @@ def _from_settings() -> frozenset[str] | None:
 
 
 FORCED: frozenset[str] | None = _from_settings()
+# Kernels whose measured choices count (None: all): what the model-level check (tunekit/evaluation/
+# compile_verify.py) narrows to time one kernel's choices at a time.
+ONLY_KERNELS: frozenset[str] | None = None
+MODEL_VERDICT = "model"  # in an UNDER_COMPILE record: the compiled model step was slower with the kernel
 
 
 def beats_inductor(entry: Entry | None) -> bool:
     """Whether a tuned entry serves its kernel under compile: with the ops forced (FORCED set) every served entry
-    does; otherwise one whose kernel, compiled, beats torch's op compiled for the problem by more than MARGIN."""
+    does; otherwise one whose kernel, compiled, beats torch's op compiled for the problem by more than MARGIN, and
+    that no compiled model step was measured slower with (MODEL_VERDICT)."""
     if FORCED is not None:
         return True
     if entry is None:
         return False
     record = entry.provenance.get(UNDER_COMPILE)
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or MODEL_VERDICT in record:
+        return False
+    if ONLY_KERNELS is not None and entry.key.kernel not in ONLY_KERNELS:
         return False
     kernel_ms, inductor_ms = _positive(record.get("kernel_ms")), _positive(record.get("inductor_ms"))
     return kernel_ms is not None and inductor_ms is not None and kernel_ms < inductor_ms * (1 - MARGIN)

@@ -219,7 +219,6 @@ def hot_path(
     return wrap
 
 
-@torch._dynamo.assume_constant_result
 def _measured_swap(name: str) -> bool:
     """Whether op `name` traces as itself under compile by measurement; a constant to Dynamo (it reads the store)."""
     hot = next(h for h in _OPS if h.name == name)
@@ -228,9 +227,11 @@ def _measured_swap(name: str) -> bool:
     return hot.compile_chosen
 
 
+@torch._dynamo.assume_constant_result
 def traces_op(name: str) -> bool:
     """Whether a torch.compile graph calls op `name` as tunekit's op (whose body picks kernel or torch code per
-    problem), not as torch's own code: as TUNEKIT_COMPILE_OPS forces, else as measured (compile_policy)."""
+    problem), not as torch's own code: as TUNEKIT_COMPILE_OPS forces, else as measured (compile_policy). A
+    constant to Dynamo, with no guard on the policy: changing the policy means compiling again."""
     forced = compile_policy.forced(name)
     return _measured_swap(name) if forced is None else forced
 

@@ -12,7 +12,7 @@ for tuned entries that serve a kernel eagerly, not during every search.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 import torch
@@ -46,7 +46,7 @@ def _compiled_launch(tensors: list[torch.Tensor], probe: str) -> list[torch.Tens
     return list(outputs)
 
 
-def _timed_compiled(fn: Callable[[], object], timer: Timer, what: dict[str, object]) -> float | None:
+def _timed_compiled(fn: Callable[[], object], timer: Timer, what: Mapping[str, int | str | bool]) -> float | None:
     try:
         fn()  # compile outside the timing
         return float(timer(fn, what))
