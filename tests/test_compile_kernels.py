@@ -2,9 +2,9 @@
 its traced launch), not a custom op that dispatches in Python on every call; and what the graph runs is chosen per
 problem: the kernel where its entry beats Inductor's measured time for the problem, torch's code elsewhere.
 
-The graphs are the forward graphs AOT autograd hands the backend (after the ops are decomposed), compiled with
-aot_eager semantics and run in the interpreter. Inference only: the interpreter has no compiled IR for torch to
-find which arguments a kernel writes (tunekit/core/traced_launch.py); the GPU run checks training."""
+The graphs are the graphs AOT autograd hands the backend (after the ops are decomposed), run with aot_eager
+semantics in the interpreter, where a probe launch stands for the compiled IR torch reads to find which arguments
+a kernel writes (tunekit/core/traced_launch.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tunekit.store.entry import UNDER_COMPILE, Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
-# torch warns once per traced kernel that, lacking compiled IR, it takes every argument as written
+# torch warns per traced kernel that the interpreter gives it no compiled IR (the probe answers instead)
 logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").setLevel(logging.ERROR)
 
 KERNEL_NODE = "triton_kernel_wrapper"
@@ -139,3 +139,52 @@ def test_the_compiled_kernel_probe_runs_the_kernel_as_a_graph_node() -> None:
     assert [t for t in targets if KERNEL_NODE in t] and not [t for t in targets if "tunekit" in t], targets
     (want,) = spec.reference(inputs)
     torch.testing.assert_close(out[0], want.to(out[0].dtype), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("swapped_under_compile")
+def test_dynamic_shapes_trace_torchs_code() -> None:
+    """With symbolic sizes there is no one problem to choose a config for: torch's code, which Inductor sizes."""
+    block = Block()
+    targets: list[str] = []
+
+    def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=aot_autograd(fw_compiler=keep))
+    x = torch.randn(3, 7, 32)
+    with torch.no_grad():
+        out, want = compiled(x), block(x)
+    torch._dynamo.reset()
+    assert targets and not [t for t in targets if KERNEL_NODE in t or "tunekit" in t], targets
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("swapped_under_compile")
+def test_training_graphs_hold_the_backward_kernels() -> None:
+    block = Block()
+    graphs: dict[str, list[str]] = {"forward": [], "backward": []}
+
+    def keeper(which: str):
+        def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
+            graphs[which].extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+            return gm
+
+        return keep
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keeper("forward"), bw_compiler=keeper("backward"))
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True, backend=backend)
+    compiled(x).sum().backward()
+    got = [p.grad.clone() for p in (x, *block.parameters())]
+    for p in (x, *block.parameters()):
+        p.grad = None
+    block(x).sum().backward()
+    torch._dynamo.reset()
+    for which, targets in graphs.items():
+        assert any(KERNEL_NODE in t for t in targets), (which, targets)
+        assert not [t for t in targets if "tunekit" in t], (which, targets)
+    for g, p in zip(got, (x, *block.parameters())):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)

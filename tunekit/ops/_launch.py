@@ -53,11 +53,23 @@ def _traced(inputs: Inputs) -> bool:
     return torch.compiler.is_compiling() or is_traced(tuple(inputs), {})
 
 
+def _symbolic(inputs: Inputs) -> bool:
+    """A traced input whose sizes or strides are symbolic (torch.compile's dynamic shapes)."""
+    return any(
+        isinstance(d, torch.SymInt)
+        for t in inputs
+        if isinstance(t, torch.Tensor)
+        for d in (*t.shape, *t.stride(), t.storage_offset())
+    )
+
+
 def served_config(kernel: Dispatcher, inputs: Inputs) -> Config:
     """The config dispatch serves for these inputs; while torch.compile traces the op, the one its graph runs
     (Dispatcher.under_compile: TORCH where the kernel does not beat Inductor's code for the problem)."""
     if not _traced(inputs):
         return kernel.config(kernel.spec.key_of(inputs))
+    if _symbolic(inputs):  # dynamic shapes: no one problem to choose for; torch's code, which Inductor sizes
+        return TORCH
     with traced_pointers():
         return kernel.under_compile(kernel.spec.key_of(inputs))
 
