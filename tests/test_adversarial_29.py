@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import cli
 
 import tunekit.ops as ops
 from tunekit.core.errors import TunekitError
@@ -102,11 +103,9 @@ def test_negative_bit_views_under_compile(op):
 
 
 def _cli(*args: str):
-    from typer.testing import CliRunner
 
-    from tunekit.cli import app
 
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "400"})
+    return cli(*args, env={"COLUMNS": "400"})
 
 
 def _shipped_json(kernel: str) -> dict:

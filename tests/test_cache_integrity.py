@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from crafting import plant
+from helpers import cli, make_entry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_store import Pickled, make_entry
-from typer.testing import CliRunner
+from test_store import Pickled
 
 from tunekit.core.device import fingerprint
 from tunekit.runtime.dispatch import dispatcher, reset_all, resolve
@@ -105,12 +105,11 @@ def test_an_emptied_store_file_is_an_empty_store(toy, isolated_cache, caplog):
 
 
 def test_the_cli_reports_a_corrupted_store_in_one_line(toy, isolated_cache):
-    from tunekit.cli import app
 
     with Store() as store:
         store.put(_entry(toy))
     _corrupt(isolated_cache / DB_NAME, "garbage")
-    result = CliRunner().invoke(app, ["show"])
+    result = cli("show")
     assert result.exit_code == 1
     assert "cannot open the cache store" in result.output and "Traceback" not in result.output
 

@@ -12,11 +12,9 @@ import json
 
 import pytest
 import typer
-from typer.testing import CliRunner
+from helpers import cli
 
 from tunekit.cli import app
-
-runner = CliRunner()
 
 # The smallest valid invocation of each command (before the fuzzed option is added). `{tmp}` is the test's
 # temporary directory. Every one of them must fail fast on the fuzzed value: none reaches a measurement.
@@ -189,12 +187,11 @@ CASES = cases()
 
 
 @pytest.mark.parametrize(("command", "option", "value"), CASES, ids=[f"{c}-{o}-{v!r}" for c, o, v in CASES])
-def test_a_bad_value_is_one_line(toy, tmp_path, monkeypatch, command, option, value):
-    monkeypatch.setenv("COLUMNS", "80")
+def test_a_bad_value_is_one_line(toy, tmp_path, narrow_terminal, command, option, value):
     (tmp_path / "garbage.json").write_text("{not json")
     (tmp_path / "db.json").write_text(json.dumps({"format": "tunekit-db", "schema": 1, "entries": []}))
     args = _invocation(command, option, value, str(tmp_path))
-    result = runner.invoke(app, args)
+    result = cli(*args)
     assert result.exit_code not in (0, None), f"{args} was accepted: {result.output}"
     assert "Traceback" not in result.output, result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
@@ -218,7 +215,7 @@ BAD_PLAN_LINES = [
 def test_a_bad_plan_is_one_line(tmp_path, command, line):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(line) + "\n")
-    result = runner.invoke(app, [*command, str(path)])
+    result = cli(*command, str(path))
     assert result.exit_code not in (0, None), result.output
     assert "Traceback" not in result.output and not isinstance(result.exception, KeyError)
     lines = [line for line in result.stderr.splitlines() if line.strip()]

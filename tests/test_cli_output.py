@@ -8,35 +8,22 @@ import json
 import subprocess
 import sys
 
-import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
 from tunekit import DISTRIBUTION, __version__
-from tunekit.cli import app
-
-runner = CliRunner()
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args))
-
-
-@pytest.fixture
-def columns_80(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "80")
-
-
-def test_tune_at_80_columns_prints_the_full_problem_and_config(toy, columns_80):
-    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
+def test_tune_at_80_columns_prints_the_full_problem_and_config(toy, narrow_terminal):
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
     assert result.exit_code == 0, result.output
     assert "toy rows=8 cols=32 dtype=float32" in result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("toy rows=8")]
     assert "config BLOCK=" in line and "variant=" in line and "num_warps=" in line  # nothing cut
 
 
-def test_tune_on_a_terminal_at_80_columns_prints_the_full_problem(toy, columns_80, monkeypatch):
+def test_tune_on_a_terminal_at_80_columns_prints_the_full_problem(toy, narrow_terminal, monkeypatch):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich treats stdout as a terminal: progress bar, result blocks
-    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "toy rows=8 cols=32 dtype=float32" in lines  # the block's own line, whole
@@ -44,9 +31,9 @@ def test_tune_on_a_terminal_at_80_columns_prints_the_full_problem(toy, columns_8
     assert "BLOCK=" in config_line and "variant=" in config_line and "num_warps=" in config_line
 
 
-def test_gemm_problems_are_not_cut_at_80_columns(columns_80):
+def test_gemm_problems_are_not_cut_at_80_columns(narrow_terminal):
     """The longest problem form (GEMM) stays whole in show's output at 80 columns."""
-    result = run("show", "--kernel", "gemm", "--shape", "4097x4096x4096", "--dtype", "float16")
+    result = cli("show", "--kernel", "gemm", "--shape", "4097x4096x4096", "--dtype", "float16")
     assert result.exit_code == 0, result.output
     want = (
         "gemm m=4097 n=4096 k=4096 dtype=float16 a_layout=row b_layout=row activation=none has_bias=False "
@@ -56,7 +43,7 @@ def test_gemm_problems_are_not_cut_at_80_columns(columns_80):
 
 
 def test_not_a_terminal_one_plain_line_per_finished_shape(toy):
-    result = run("tune", "-k", "toy", "-s", "8x32", "-s", "3x16", "--trials", "3")
+    result = cli("tune", "-k", "toy", "-s", "8x32", "-s", "3x16", "--trials", "3")
     assert result.exit_code == 0, result.output
     assert "\x1b[" not in result.output  # no progress bar, no colour
     results = [line for line in result.output.splitlines() if line.startswith("toy ")]
@@ -68,13 +55,13 @@ def test_not_a_terminal_one_plain_line_per_finished_shape(toy):
 
 
 def test_interpreter_timings_are_called_meaningless_and_give_no_speedup(toy):
-    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "3")
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "3")
     assert "mean nothing for a GPU" in result.output
     assert "heuristic" not in result.output and "x)" not in result.output
 
 
 def test_tune_json(toy):
-    result = run("tune", "-k", "toy", "-s", "8x32", "--trials", "3", "--json")
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "3", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["device"]["interpreter"] is True and "mean nothing" in document["note"]
@@ -85,8 +72,8 @@ def test_tune_json(toy):
 
 
 def test_show_json_lists_cache_and_shipped_entries_with_the_serving_layer(toy):
-    assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "3").exit_code == 0
-    result = run("show", "--json")
+    assert cli("tune", "-k", "toy", "-s", "8x32", "--trials", "3").exit_code == 0
+    result = cli("show", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     by_source: dict[str, list[dict]] = {}
@@ -102,15 +89,15 @@ def test_show_json_lists_cache_and_shipped_entries_with_the_serving_layer(toy):
     assert all(not e["servable_here"] for e in shipped)
 
 
-def test_show_text_lists_shipped_entries_with_their_layer(columns_80):
-    result = run("show", "--kernel", "layernorm")
+def test_show_text_lists_shipped_entries_with_their_layer(narrow_terminal):
+    result = cli("show", "--kernel", "layernorm")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     shipped = [line for line in lines if line.startswith("  shipped · NVIDIA H200")]
     assert shipped and all("served here by " in line for line in shipped)
     assert lines[-1].startswith("0 entries in the cache, ") and lines[-1].endswith(" shipped")
     assert sum(line.startswith("layernorm rows=") for line in lines) == len(shipped)
-    assert "shipped entries hidden by --no-shipped" in run("show", "--no-shipped").output
+    assert "shipped entries hidden by --no-shipped" in cli("show", "--no-shipped").output
 
 
 def test_show_escapes_stored_text(toy):
@@ -119,30 +106,30 @@ def test_show_escapes_stored_text(toy):
 
     from tunekit.store.store import Store
 
-    assert run("tune", "-k", "toy", "-s", "8x32", "--trials", "2").exit_code == 0
+    assert cli("tune", "-k", "toy", "-s", "8x32", "--trials", "2").exit_code == 0
     with Store() as store:
         (entry,) = store.entries()
         store.delete(entry.key.digest)  # (a stored time of 0, which would win the merge, is never served)
         store.put(replace(entry, device={**entry.device, "name": "[bold]x[/bold]\x1b[31mred"}))
-    result = run("show", "--no-shipped")
+    result = cli("show", "--no-shipped")
     assert result.exit_code == 0, result.output
     assert "[bold]x[/bold]\\x1b[31mred" in result.output and "\x1b" not in result.output
 
 
 def test_devices_json():
-    result = run("devices", "--json")
+    result = cli("devices", "--json")
     assert result.exit_code == 0, result.output
     (device,) = json.loads(result.stdout)["devices"]
     assert device["interpreter"] is True and device["vendor"] == "triton-interpreter" and len(device["key"]) >= 8
 
 
 def test_show_kernels_json():
-    document = json.loads(run("show", "--kernels", "--json").stdout)
+    document = json.loads(cli("show", "--kernels", "--json").stdout)
     assert {"gemm", "layernorm", "softmax"} <= set(document["kernels"])
 
 
 def test_version():
-    result = run("--version")
+    result = cli("--version")
     assert result.exit_code == 0 and result.output.strip() == f"tunekit {__version__} (distribution {DISTRIBUTION})"
 
 

@@ -7,26 +7,22 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import ROOT, cli
 
-from tunekit.cli import app
 from tunekit.core import settings
 
-runner = CliRunner()
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @pytest.fixture
-def terminal_80(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "80")
+def terminal_80(narrow_terminal, monkeypatch):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich treats stdout as a terminal
 
 
 def render(*args: str) -> list[str]:
-    result = runner.invoke(app, list(args))
+    result = cli(*args)
     assert result.exit_code == 0, result.output
     lines = [ANSI.sub("", line) for line in result.output.splitlines()]
     over = [line for line in lines if len(line) > 80 and len(line.split()) > 1]
@@ -68,14 +64,14 @@ def test_help_shows_flags_without_a_metavar_and_lists_the_environment(terminal_8
 
 
 def test_readme_lists_every_environment_variable():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Environment variables") :]
     assert all(f"`{name}`" in section for name, _, _ in settings.ENVIRONMENT)
 
 
 def test_a_log_gets_progress_lines(toy, monkeypatch):
     monkeypatch.setattr(sys.modules["tunekit.cli.tune"], "PROGRESS_EVERY_TRIALS", 2)  # the name `tune` is the command
-    result = runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--trials", "4"])
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
     assert result.exit_code == 0, result.output
     progress = [line for line in result.output.splitlines() if line.startswith("  progress ")]
     assert progress[0].startswith("  progress toy rows=8 cols=32 dtype=float32: 2/4 trials (2 measured now), best ")
@@ -87,28 +83,28 @@ def test_ctrl_c_says_what_was_stored_and_exits_130(toy, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("tunekit.tuning.orchestrate.tune_and_store", interrupted)
-    result = runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--trials", "4"])
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "4")
     assert result.exit_code == 130
     (line,) = [line for line in result.stderr.splitlines() if line.strip()]
     assert line.startswith("interrupted: 0 of 1 problems tuned and stored; toy rows=8 cols=32 dtype=float32 kept")
 
 
 def test_status_reads_the_default_storage_and_creates_nothing(isolated_cache):
-    result = runner.invoke(app, ["status"])
+    result = cli("status")
     assert result.exit_code == 0 and "no queues in sqlite:///" in result.output
     assert not isolated_cache.exists()
-    document = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+    document = json.loads(cli("status", "--json").stdout)
     assert document["queues"] == {} and document["storage"].endswith("fleet.db")
 
 
 def test_json_on_status_plan_explain_export_import(toy, tmp_path):
     def document(*args: str) -> dict:
-        result = runner.invoke(app, list(args))
+        result = cli(*args)
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
 
     journal = str(tmp_path / "q.journal")
-    assert runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--submit", "--storage", journal]).exit_code == 0
+    assert cli("tune", "-k", "toy", "-s", "8x32", "--submit", "--storage", journal).exit_code == 0
     status = document("status", "--storage", journal, "--jobs", "--json")
     assert status["queues"]["default"]["counts"]["queued"] == 1 and len(status["queues"]["default"]["jobs"]) == 1
     plan = tmp_path / "plan.jsonl"
@@ -118,7 +114,7 @@ def test_json_on_status_plan_explain_export_import(toy, tmp_path):
     ]
     explained = document("explain", "-k", "gemm", "-s", "64x64x64", "--table", "h200-sm90-132sm/gemm", "--json")
     assert explained["problem"]["m"] == 64 and "Candidate families" in explained["text"]
-    assert runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--trials", "2"]).exit_code == 0
+    assert cli("tune", "-k", "toy", "-s", "8x32", "--trials", "2").exit_code == 0
     db = tmp_path / "db.json"
     assert document("export", "--out", str(db), "--json")["exported"] == 1
     assert document("import", str(db), "--json") | {"file": None, "cache": None} == {

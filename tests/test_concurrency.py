@@ -14,10 +14,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from crafting import raw_rows
-from test_store import make_entry
+from helpers import TESTS, make_entry
 from toy_kernel import PlantedTimer
 
 from tunekit.core.device import fingerprint
@@ -25,7 +24,6 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.store import DB_NAME, Store, _parse
 
-TESTS = Path(__file__).parent
 PREAMBLE = f"""
 import json, os, sys, time
 sys.path.insert(0, {str(TESTS)!r})

@@ -33,13 +33,12 @@ import diskcache
 import pytest
 import torch
 from crafting import leave_hot_journal, name_super_journal, plant
+from helpers import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_store import Pickled
-from typer.testing import CliRunner
 
 import tunekit.ops
-from tunekit.cli import app
 from tunekit.core import registry
 from tunekit.core.device import fingerprint
 from tunekit.runtime.dispatch import dispatcher, reset_all
@@ -368,7 +367,7 @@ def build(root: Path, recipe: dict, marker: Path) -> tuple[Path, Path, dict[str,
 
 def _cli(*args: str) -> tuple[int, str]:
     """Exit code and output; never an exception or a traceback, at most one error line."""
-    result = CliRunner().invoke(app, list(args))
+    result = cli(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code in (0, 1), result.output
     assert "Traceback" not in result.output, result.output

@@ -6,7 +6,8 @@ import os
 import stat
 
 import pytest
-from test_store import H200, make_entry
+from fingerprints import H200
+from helpers import toy_entry
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import DatabaseError
@@ -20,17 +21,7 @@ from tunekit.store.database import (
     read_document,
     write_document,
 )
-from tunekit.store.entry import Entry, TrialRecord
-from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
-
-
-def toy_entry(toy, device, time_ms, block=16, rows=8, timer="fake", cols=32, variant="a"):
-    e = make_entry(device, time_ms, block, {"rows": rows, "cols": cols, "dtype": "float32"})
-    key = CacheKey.make("toy", toy.source_hash, device.key, dict(e.key.problem))
-    config = {**e.config, "variant": variant}
-    trials = (TrialRecord(config, "ok", time_ms), *e.trials[1:])
-    return Entry(key, config, e.time_ms, e.device, {**e.provenance, "timer": timer}, trials)
 
 
 def test_export_import_round_trip(toy, tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_store import make_entry
+from helpers import make_entry
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import CacheMissError

@@ -8,11 +8,10 @@ import math
 
 import pytest
 from fingerprints import gpu
+from helpers import cli
 from test_efficiency import RMSNORM
 from test_simulate import planted_table
-from typer.testing import CliRunner
 
-from tunekit.cli import app
 from tunekit.core.registry import get_spec
 from tunekit.evaluation import efficiency_runs, simulate
 from tunekit.evaluation.efficiency import Result, format_table, run_benchmark
@@ -108,12 +107,12 @@ def test_the_cli_fits_leave_one_shape_out_unless_in_sample(tables, fits, tmp_pat
     path = tmp_path / "layernorm.json.gz"
     save_tables(path, tables[:3])
     args = ["efficiency", "--tables", str(path), "--strategies", "model", "--seeds", "1", "--workers", "1"]
-    held_out = CliRunner().invoke(app, args)
+    held_out = cli(*args)
     assert held_out.exit_code == 0, held_out.output
     assert "Model runs: leave-one-shape-out" in held_out.output
     assert [len(given) for _, given in fits] == [1, 1, 2]  # the twins leave each other out
     fits.clear()
-    in_sample = CliRunner().invoke(app, [*args, "--in-sample"])
+    in_sample = cli(*args, "--in-sample")
     assert in_sample.exit_code == 0, in_sample.output
     assert "Model runs: in-sample" in in_sample.output and "model (in-sample) on NVIDIA H200" in in_sample.output
     assert [len(given) for _, given in fits] == [3]

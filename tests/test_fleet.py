@@ -20,10 +20,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers import TESTS, cli
 from toy_kernel import PlantedTimer
-from typer.testing import CliRunner
 
-from tunekit.cli import app
 from tunekit.core.errors import TunekitError
 from tunekit.fleet.owner import owner_record
 from tunekit.fleet.plans import read_plan
@@ -34,13 +33,11 @@ from tunekit.runtime.recorder import record_problems
 from tunekit.store.store import Store
 from tunekit.tuning.storage import Lease, open_storage
 
-TESTS = Path(__file__).parent
 POSTGRES = os.environ.get("TUNEKIT_TEST_POSTGRES_URL")
 NO_POSTGRES = "TUNEKIT_TEST_POSTGRES_URL is not set (.ci/run starts a PostgreSQL server and sets it)"
 LEASE = Lease(heartbeat_s=1, timeout_s=3, max_retries=2)  # short, so a killed worker's job returns in seconds
 SHAPES = ["8x32", "4x16", "8x8", "2x64", "8x16", "4x32"]
 HANG_FIRST = json.dumps({"1/a/1": "hang"})  # the toy heuristic, which every job measures first
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
@@ -87,13 +84,10 @@ def leased_storage(request, tmp_path):
     return _url(request.param, tmp_path, request)
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args))
-
 
 def submit(url: str, shapes=SHAPES) -> None:
     args = ["-k", "toy", "--trials", "4", "--sampler", "random", "--storage", url, "--submit"]
-    result = run("tune", *args, *[a for s in shapes for a in ("-s", s)])
+    result = cli("tune", *args, *[a for s in shapes for a in ("-s", s)])
     assert result.exit_code == 0, result.output
     assert f"{len(shapes)} jobs queued" in result.output
 
@@ -145,13 +139,13 @@ def completions(url: str) -> Counter:
 
 def check_export(url: str, tmp_path: Path, expected: int, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "fleet-db.json"
-    result = run("export", "--storage", url, "--out", str(out))
+    result = cli("export", "--storage", url, "--out", str(out))
     assert result.exit_code == 0 and f"exported {expected} entries" in result.output, result.output
     entries = json.loads(out.read_text())["entries"]
     assert sorted(e["key"]["problem"]["cols"] for e in entries) == sorted(int(s.split("x")[1]) for s in SHAPES)
     # the export is a valid database: it imports (into a fresh cache)
     monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path / "imported"))
-    result = run("import", str(out))
+    result = cli("import", str(out))
     assert result.exit_code == 0 and f"{expected} entries read" in result.output, result.output
 
 
@@ -168,13 +162,13 @@ def test_workers_do_every_job_exactly_once(any_storage, tmp_path, monkeypatch):
     assert sum(done_lines(log) for log in logs) == len(SHAPES)  # each job tuned by exactly one worker
     done = completions(any_storage)
     assert len(done) == len(SHAPES) and set(done.values()) == {1}
-    status = run("status", "--storage", any_storage, "--jobs")
+    status = cli("status", "--storage", any_storage, "--jobs")
     assert status.exit_code == 0
     assert re.search(r"default\s*│\s*0\s*│\s*0\s*│\s*6\s*│\s*0", status.output), status.output
     with Store() as store:  # each result also went to the worker's device-keyed cache
         assert len(store) == len(SHAPES)
     check_export(any_storage, tmp_path, len(SHAPES), monkeypatch)
-    again = run("tune", "-k", "toy", "-s", "8x32", "--trials", "4", "--sampler", "random", "--submit", "--storage", url)
+    again = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "4", "--sampler", "random", "--submit", "--storage", url)
     assert "0 jobs queued, 1 already queued, running or done" in again.output
 
 
@@ -232,13 +226,13 @@ def test_a_stalled_worker_cannot_complete_a_job_handed_on(leased_storage, toy):
 
 def test_tune_workers_runs_local_workers(tmp_path):
     shapes = [a for s in SHAPES[:4] for a in ("-s", s)]
-    result = run("tune", "-k", "toy", *shapes, "--trials", "3", "--sampler", "random", "--workers", "2")
+    result = cli("tune", "-k", "toy", *shapes, "--trials", "3", "--sampler", "random", "--workers", "2")
     assert result.exit_code == 0, result.output
     assert "4 jobs queued" in result.output and "4 jobs on 2 workers" in result.output
     assert len(re.findall(r"│ done\s*│", result.output)) == 4
     with Store() as store:
         assert len(store) == 4
-    rerun = run("tune", "-k", "toy", *shapes, "--trials", "3", "--sampler", "random", "--workers", "1")
+    rerun = cli("tune", "-k", "toy", *shapes, "--trials", "3", "--sampler", "random", "--workers", "1")
     assert rerun.exit_code == 0 and "0 jobs queued, 4 already" in rerun.output
 
 
@@ -249,7 +243,7 @@ def test_a_job_that_cannot_be_tuned_fails_with_its_reason(tmp_path):
     assert wait_all([start_worker(url, tmp_path / "w.log")]) == [0]
     (status,) = queue.jobs()
     assert status.state == "failed" and "exactly the fields ['cols', 'dtype', 'rows']" in status.error
-    result = run("status", "--storage", url, "--jobs")
+    result = cli("status", "--storage", url, "--jobs")
     assert "failed" in result.output and "exactly the fields" in result.output
 
 
@@ -356,9 +350,9 @@ def _children(pid: int) -> list[int]:
 
 def test_plan_is_written_listed_and_read(tmp_path):
     path = tmp_path / "plan.jsonl"
-    result = run("plan", str(path), "-k", "toy", "-s", "8x32", "-s", "3x16", "--dtype", "float32", "--dtype", "float16")
+    result = cli("plan", str(path), "-k", "toy", "-s", "8x32", "-s", "3x16", "--dtype", "float32", "--dtype", "float16")
     assert result.exit_code == 0 and "wrote 4 problems" in result.output, result.output
-    listed = run("plan", str(path))
+    listed = cli("plan", str(path))
     assert listed.exit_code == 0 and "4 problems in" in listed.output
     assert "toy rows=4 cols=16 dtype=float16" in listed.output
     hand = tmp_path / "hand.jsonl"
@@ -376,7 +370,7 @@ def test_plan_is_written_listed_and_read(tmp_path):
     as_list = tmp_path / "plan.json"
     as_list.write_text(json.dumps([{"kernel": "toy", "shape": [3, 16], "dtype": "float16"}]))
     assert read_plan(as_list) == [("toy", {"rows": 4, "cols": 16, "dtype": "float16"})]
-    local = run("tune", "--plan", str(hand), "--trials", "2", "--sampler", "random")
+    local = cli("tune", "--plan", str(hand), "--trials", "2", "--sampler", "random")
     assert local.exit_code == 0 and "rows=2 cols=5 dtype=float32" in local.output, local.output
 
 
@@ -399,7 +393,7 @@ def test_bad_plan_is_one_line_and_exit_1(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"kernel": "toy", "shape": [8, 8], "dtype": "float32"}\n' + line + "\n")
     for args in (["plan", str(path)], ["tune", "--plan", str(path)], ["tune", "--plan", str(path), "--workers", "1"]):
-        result = run(*args)
+        result = cli(*args)
         assert result.exit_code == 1 and message in result.output, (args, result.output)
         assert len([x for x in result.output.splitlines() if x.startswith("error:")]) == 1
 
@@ -422,16 +416,16 @@ def test_bad_plan_is_one_line_and_exit_1(tmp_path, line, message):
 )
 def test_bad_fleet_input_is_one_line_and_exit_1(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
-    result = run(*args)
+    result = cli(*args)
     assert result.exit_code == 1 and message in result.output, result.output
     assert "Traceback" not in result.output
 
 
 def test_status_of_a_missing_queue(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    assert "no queues in" in run("status", "--storage", url).output
+    assert "no queues in" in cli("status", "--storage", url).output
     JobQueue(url, "h200")
-    result = run("status", "--storage", url, "--queue", "h100")
+    result = cli("status", "--storage", url, "--queue", "h100")
     assert result.exit_code == 1 and "no queue 'h100'" in result.output and "['h200']" in result.output
 
 
@@ -488,9 +482,9 @@ def test_racing_workers_never_claim_one_job_twice(any_storage):
 
 def test_help_on_every_fleet_command():
     for cmd in (["plan"], ["worker"], ["status"], ["tune"], ["export"]):
-        result = run(*cmd, "--help")
+        result = cli(*cmd, "--help")
         assert result.exit_code == 0 and "Usage" in result.output, result.output
-    assert "--workers" in run("tune", "--help").output and "--storage" in run("export", "--help").output
+    assert "--workers" in cli("tune", "--help").output and "--storage" in cli("export", "--help").output
 
 
 # --- defensive results and stuck jobs ----------------------------------------------------------------------------
@@ -508,7 +502,7 @@ def _complete_with(queue: JobQueue, result: object) -> str:
 
 def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage, toy, tmp_path, caplog):
     """status, export --storage and --submit go on past one unreadable job or result; the rest still exports."""
-    from test_database import toy_entry
+    from helpers import toy_entry
 
     from tunekit.core.device import fingerprint
 
@@ -525,7 +519,7 @@ def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage,
     _complete_with(queue, good[3].to_json())
     queue.study.enqueue_trial({}, user_attrs={JOB_ATTR: {"id": "not-a-job", "kernel": 5}})  # a job that is no job
 
-    result = run("status", "--storage", url, "--jobs")
+    result = cli("status", "--storage", url, "--jobs")
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     warned = caplog.text  # the CLI shows tunekit's warnings on stderr (pytest captures them here)
     assert f"job {bad_result}: unreadable result: result: field 'key' must be an object" in warned
@@ -536,7 +530,7 @@ def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage,
     assert "3 jobs with an unreadable job or result" in result.output
 
     out = tmp_path / "fleet-db.json"
-    result = run("export", "--storage", url, "--out", str(out))
+    result = cli("export", "--storage", url, "--out", str(out))
     assert result.exit_code == 0 and "exported 2 entries" in result.output, result.output
     assert "3 jobs left out: their job or result is unreadable" in result.output
     assert {json.dumps(e["key"], sort_keys=True) for e in json.loads(out.read_text())["entries"]} == {
@@ -544,7 +538,7 @@ def test_a_malformed_result_is_reported_with_its_job_id_and_skipped(any_storage,
     }
 
     args = ["-k", "toy", "--trials", "4", "--sampler", "random", "--storage", url, "--submit", "-s", "9x9"]
-    result = run("tune", *args)
+    result = cli("tune", *args)
     assert result.exit_code == 0 and "1 jobs queued" in result.output, result.output
     # a worker fails the job that is no job, with its reason, and tunes the real one
     report = work(url, timer=PlantedTimer(), say=lambda line: None)
@@ -578,7 +572,7 @@ def test_a_journal_job_whose_worker_is_gone_is_reclaimed_by_the_next_worker(tmp_
     queue.submit(_toy_jobs(2))
     _orphan(queue)
     assert queue.counts() == {"queued": 1, "running": 1, "done": 0, "failed": 0}
-    status = run("status", "--storage", url, "--jobs")
+    status = cli("status", "--storage", url, "--jobs")
     assert "running (worker gone)" in status.output and "tunekit requeue --storage" in status.output, status.output
     report = work(url, timer=PlantedTimer(), say=lambda line: None)
     assert report.done == 2
@@ -608,9 +602,9 @@ def test_a_live_worker_is_never_reclaimed(tmp_path):
     claim = queue.claim("me")  # this process: alive
     assert claim is not None
     assert queue.reap() == [] and queue.counts()["running"] == 1
-    result = run("requeue", "--storage", url, "--stale")
+    result = cli("requeue", "--storage", url, "--stale")
     assert result.exit_code == 0 and "0 jobs re-queued; 1 running jobs have a live worker here" in result.output
-    result = run("requeue", "--storage", url, "--job", claim.job.id[:8])
+    result = cli("requeue", "--storage", url, "--job", claim.job.id[:8])
     assert result.exit_code == 1 and "still runs" in result.output and "Traceback" not in result.output
     _orphan_reused = owner_record(claim.trial_id) | {"start": -5}  # the pid is ours, but a newer process's
     queue.storage.set_trial_user_attr(claim.trial_id, OWNER_ATTR, _orphan_reused)
@@ -625,14 +619,14 @@ def test_requeue_by_hand(tmp_path):
     queue.submit(_toy_jobs(3))
     here = _orphan(queue)
     elsewhere = _orphan(queue, host="another-machine")
-    result = run("requeue", "--storage", url, "--stale")
+    result = cli("requeue", "--storage", url, "--stale")
     assert result.exit_code == 0, result.output
     assert f"re-queued job {here.job.id[:12]}" in result.output
     assert "1 jobs re-queued; 1 running jobs have a live worker here or one this machine cannot check" in result.output
-    result = run("requeue", "--storage", url, "--job", elsewhere.job.id[:10])
+    result = cli("requeue", "--storage", url, "--job", elsewhere.job.id[:10])
     assert result.exit_code == 0 and f"re-queued job {elsewhere.job.id[:12]}" in result.output, result.output
     assert queue.counts() == {"queued": 3, "running": 0, "done": 0, "failed": 0}
-    from test_database import toy_entry
+    from helpers import toy_entry
 
     from tunekit.core.device import fingerprint
 
@@ -645,7 +639,7 @@ def test_requeue_by_hand(tmp_path):
         (["requeue", "--storage", url, "--job", "zzzz"], "no queue of"),
         (["requeue", "--storage", url, "--job", here.job.id], "is queued, not running"),
     ]:
-        result = run(*args)
+        result = cli(*args)
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
 
 
@@ -656,7 +650,7 @@ def test_a_sigkilled_journal_worker_s_job_is_requeued_and_done_once(tmp_path):
     victim.kill()
     victim.wait()
     assert queue.counts()["running"] == 1  # nothing else would ever move it
-    result = run("requeue", "--storage", url, "--stale")
+    result = cli("requeue", "--storage", url, "--stale")
     assert result.exit_code == 0 and "1 jobs re-queued" in result.output, result.output
     assert wait_all([start_worker(url, tmp_path / "helper.log")]) == [0]
     done = completions(url)

@@ -6,26 +6,16 @@ import dataclasses
 
 import pytest
 from crafting import plant
-from test_database import toy_entry
-from test_store import H200
-from typer.testing import CliRunner
+from fingerprints import H200
+from helpers import cli, toy_entry
 
-from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import TunekitError
 from tunekit.store.forget import Selection, forget
 from tunekit.store.store import Store
 
-runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("wide_terminal")
 
-
-@pytest.fixture(autouse=True)
-def wide_terminal(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "250")
-
-
-def run(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture
@@ -45,29 +35,29 @@ def _left() -> set[str]:
 
 
 def test_forget_needs_a_filter(three):
-    result = run("forget")
+    result = cli("forget")
     assert result.exit_code == 1 and "forget needs at least one of --kernel, --device or --key" in result.output
     assert len(_left()) == 3
 
 
 def test_forget_by_device_prefix_as_show_prints_it(three):
-    result = run("forget", "--device", H200.key[:8])
+    result = cli("forget", "--device", H200.key[:8])
     assert result.exit_code == 0 and "removed 1 entry" in result.output, result.output
     assert _left() == {e.key.digest for e in three[:2]}
-    assert "removed 2 entries" in run("forget", "--device", "current").output
+    assert "removed 2 entries" in cli("forget", "--device", "current").output
     assert _left() == set()
 
 
 def test_forget_by_kernel_and_key(three):
-    result = run("forget", "--key", three[1].key.digest[:10], "--dry-run")
+    result = cli("forget", "--key", three[1].key.digest[:10], "--dry-run")
     assert (
         result.exit_code == 0 and three[1].key.digest in result.output and "1 entry would be removed" in result.output
     )
     assert len(_left()) == 3
-    assert "removed 1 entry" in run("forget", "--key", three[1].key.digest[:10]).output
+    assert "removed 1 entry" in cli("forget", "--key", three[1].key.digest[:10]).output
     assert _left() == {three[0].key.digest, three[2].key.digest}
-    assert "removed 0 entries" in run("forget", "--kernel", "toy", "--device", "abcdef12").output
-    assert "removed 2 entries" in run("forget", "--kernel", "toy").output
+    assert "removed 0 entries" in cli("forget", "--kernel", "toy", "--device", "abcdef12").output
+    assert "removed 2 entries" in cli("forget", "--kernel", "toy").output
 
 
 @pytest.mark.parametrize(
@@ -79,7 +69,7 @@ def test_forget_by_kernel_and_key(three):
     ],
 )
 def test_bad_filters_are_one_line(three, args, message):
-    result = run("forget", *args)
+    result = cli("forget", *args)
     assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
     assert len(_left()) == 3
 
@@ -107,10 +97,10 @@ def test_an_entry_that_breaks_show_can_be_forgotten(toy, tmp_path):
     device = dataclasses.replace(fingerprint(), name="[/nope]")
     with Store() as store:
         store.put(toy_entry(toy, device, 1.0))
-    assert run("show").exit_code == 0
-    result = run("forget", "--device", device.key)
+    assert cli("show").exit_code == 0
+    result = cli("forget", "--device", device.key)
     assert result.exit_code == 0 and "removed 1 entry" in result.output
-    assert "0 entries" in run("show").output
+    assert "0 entries" in cli("show").output
 
 
 def test_a_full_digest_removes_an_unreadable_row(toy, three):
@@ -118,7 +108,7 @@ def test_a_full_digest_removes_an_unreadable_row(toy, three):
     plant(three[0].key.digest, "{not json")
     with Store() as store:
         assert store.get(three[0].key) is None
-    result = run("forget", "--key", three[0].key.digest)
+    result = cli("forget", "--key", three[0].key.digest)
     assert result.exit_code == 0 and "removed 1 entry" in result.output, result.output
     with Store() as store:
         assert len(store) == 2

@@ -15,9 +15,9 @@ import json
 import math
 
 import pytest
+from helpers import toy_entry
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from test_database import toy_entry
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import DatabaseError, TunekitError

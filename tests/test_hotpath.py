@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 import torch
 from fingerprints import gpu
-from test_autograd import CASES
-from test_store import make_entry
+from helpers import cli, make_entry
+from op_cases import CASES
 
 import tunekit.ops as ops
 from tunekit.core.errors import CacheMissError
@@ -185,11 +185,9 @@ def test_record_problems_bypasses_plans(tmp_path: object) -> None:
 
 def test_bench_host_needs_a_gpu_and_says_so() -> None:
     """The benchmark command times eager launches; on the CPU it refuses in one line."""
-    from typer.testing import CliRunner
 
-    from tunekit.cli import app
 
-    result = CliRunner().invoke(app, ["bench-host"])
+    result = cli("bench-host")
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
 
 

@@ -21,6 +21,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import ROOT, TESTS, cli
+
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.identity import explain_change, function_source, walk_jit
 from tunekit.core.registry import get_spec, kernel_names
@@ -31,8 +33,7 @@ from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "golden" / "launch_paths.json"
+GOLDEN = TESTS / "golden" / "launch_paths.json"
 SHIPPED = sorted((ROOT / "cache").glob("*.json"))
 
 
@@ -133,9 +134,7 @@ def test_explain_change_names_each_part():
 
 
 def test_show_lists_a_stale_entry_and_says_why(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
 
-    from tunekit.cli import app
     from tunekit.core.device import fingerprint
     from tunekit.runtime.dispatch import why_not_served
     from tunekit.store.store import Store
@@ -157,7 +156,7 @@ def test_show_lists_a_stale_entry_and_says_why(tmp_path, monkeypatch):
         store.put(old)
     assert why_not_served(current, device) == ""
     assert why_not_served(old, device) == "stale: launch version 0 -> 1"
-    result = CliRunner().invoke(app, ["show", "--kernel", "layernorm"], env={"COLUMNS": "300"})
+    result = cli("show", "--kernel", "layernorm", env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "stale: launch version 0 -> 1" in result.output and "2 entries" in result.output
 

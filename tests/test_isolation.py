@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import toy_kernel
+from helpers import TESTS
 from toy_kernel import PlantedTimer
 from triton.runtime.errors import OutOfResources
 
@@ -34,7 +35,6 @@ from tunekit.tuning.tuner import InProcessBench, TuneOptions, _isolation, tune
 
 PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
 FAULTS = {"2/a/1": "hang", "4/a/2": "exit", "8/a/1": "segfault", "2/b/2": "poison"}
-TESTS = Path(__file__).parent
 # A second kernel for one worker to switch to: the toy judged by another reference, so only variant "wrong"
 # (2x + 1) is right. The worker imports it from this module (registered per test as "toy_plus_one").
 PLUS_ONE = dataclasses.replace(toy_kernel.SPEC, name="toy_plus_one", reference=lambda inputs: (inputs[0] * 2 + 1,))

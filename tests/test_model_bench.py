@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
-from tunekit.cli import app
 from tunekit.core.errors import TunekitError
 from tunekit.evaluation import model_bench, model_results, model_run, model_workflow
 from tunekit.evaluation.model_plot import plot_speeds, speed_bars
@@ -23,8 +22,6 @@ from tunekit.evaluation.model_run import ModelBenchRun, WorkflowOptions, run_ben
 from tunekit.evaluation.model_workflow import WorkflowReport, run_workflow, serving_from
 from tunekit.evaluation.plan_tuning import TuneCounts, tune_plan
 from tunekit.runtime import dispatch
-
-runner = CliRunner()
 
 
 def row(model: str, variant: str, run: str, ms: float, **extra: Any) -> Result:
@@ -249,7 +246,7 @@ def test_command_errors_are_one_line(args, message, monkeypatch):
     from tunekit.core import backend
 
     monkeypatch.setattr(backend, "INTERPRETED", True)  # as on this CPU machine, also on a GPU one: nothing runs
-    result = runner.invoke(app, ["model-bench", *args])
+    result = cli("model-bench", *args)
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.output
@@ -274,9 +271,7 @@ def test_command_measures_runs_the_workflow_and_writes_the_outputs(tmp_path, mon
     monkeypatch.setattr(model_bench, "device_name", lambda: "Fake GPU")
     monkeypatch.setattr(model_workflow, "gpu_workflow", workflow)
     args = ["--model", "gpt2", "--layers", "3", "--hidden", "128", "--prefill", "2x16", "--variants", "tunekit,liger"]
-    result = runner.invoke(
-        app, ["model-bench", *args, "--reps", "2", "--workflow", "--trials", "5", "--out", str(tmp_path)]
-    )
+    result = cli("model-bench", *args, "--reps", "2", "--workflow", "--trials", "5", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert measured == [Workload("gpt2", layers=3, hidden=128, prefill=(2, 16))]
     assert (
@@ -303,7 +298,7 @@ def test_a_failing_workflow_keeps_what_was_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(model_bench, "measure", _fake_measure)
     monkeypatch.setattr(model_bench, "device_name", lambda: "Fake GPU")
     monkeypatch.setattr(model_workflow, "gpu_workflow", workflow)
-    result = runner.invoke(app, ["model-bench", "--model", "llama", "--workflow", "--out", str(tmp_path)])
+    result = cli("model-bench", "--model", "llama", "--workflow", "--out", str(tmp_path))
     assert result.exit_code == 1 and "error: the tuner ran out of patience" in result.output
     doc = json.loads((tmp_path / model_run.JSON_NAME).read_text())
     assert [r["variant"] for r in doc["results"]] == list(model_results.VARIANTS) and doc["workflow"] is None

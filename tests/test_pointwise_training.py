@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from kernel_checks import HERE, INTERPRETER_NOISE
-from test_autograd import untuned_gpu  # noqa: F401  (the fixture)
 from test_pointwise import TORCH_ACTIVATIONS, operands, randn
 
 import tunekit
@@ -173,7 +172,7 @@ def test_activation_grad_follows_torchs_relu_backward() -> None:
     assert torch.equal(activation_grad(z[:3], "relu"), torch.tensor([0.0, 0.0, 1.0]))  # the derivative alone
 
 
-def test_untuned_gpu_trains_with_torchs_chain(untuned_gpu) -> None:  # noqa: F811
+def test_untuned_gpu_trains_with_torchs_chain(untuned_gpu) -> None:
     """Untuned on a GPU, the backward problem is served by torch: torch's own ops and autograd run the call (no
     tunekit Function, no forward kernel resolved)."""
     x, b, r = torch.randn(4, 24, requires_grad=True), torch.randn(24, requires_grad=True), torch.randn(4, 24)
@@ -186,7 +185,7 @@ def test_untuned_gpu_trains_with_torchs_chain(untuned_gpu) -> None:  # noqa: F81
     assert all(op.stats.torch_direct == 1 for op in (gelu, bias_act, bias_act_residual))  # type: ignore[attr-defined]
 
 
-def test_untuned_triton_setting_trains_with_the_kernels(untuned_gpu, monkeypatch) -> None:  # noqa: F811
+def test_untuned_triton_setting_trains_with_the_kernels(untuned_gpu, monkeypatch) -> None:
     monkeypatch.setenv("TUNEKIT_UNTUNED", "triton")
     x, b = torch.randn(4, 24, requires_grad=True), torch.randn(24, requires_grad=True)
     y = bias_act(x, b, "gelu")
@@ -197,7 +196,7 @@ def test_untuned_triton_setting_trains_with_the_kernels(untuned_gpu, monkeypatch
     assert set(untuned_gpu.dispatcher("pointwise_backward").served_by.values()) <= {"nearest", "heuristic"}
 
 
-def test_a_tuned_backward_trains_with_the_kernels_on_a_gpu(untuned_gpu, launches) -> None:  # noqa: F811
+def test_a_tuned_backward_trains_with_the_kernels_on_a_gpu(untuned_gpu, launches) -> None:
     """The decision is the backward problem's: with it tuned (an entry in the cache for this device), eager
     training takes the tunekit Function even where the forward problem is untuned (served torch)."""
     x, b = torch.randn(4, 24, requires_grad=True), torch.randn(24, requires_grad=True)

@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
-from tunekit.cli import app
 from tunekit.core.errors import DatabaseError, TunekitError
 from tunekit.core.problems import problem_error
 from tunekit.core.registry import get_spec
@@ -76,7 +75,7 @@ def test_tune_plan_and_plan_refuse_in_one_line(kernel, problem, tmp_path):
     path = tmp_path / "plan.jsonl"
     path.write_text(json.dumps({"kernel": kernel, "problem": problem}) + "\n")
     for args in (["plan", str(path)], ["tune", "--plan", str(path), "--trials", "1"]):
-        result = CliRunner().invoke(app, args)
+        result = cli(*args)
         assert result.exit_code == 1, (args, result.output, result.exception)
         assert "Traceback" not in result.output and result.output.strip().count("\n") == 0, result.output
 

@@ -7,10 +7,8 @@ import dataclasses
 import json
 
 import pytest
-from test_database import toy_entry
-from typer.testing import CliRunner
+from helpers import cli, toy_entry
 
-from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.core.render import markup, plain
 from tunekit.fleet.queue import JobQueue
@@ -18,7 +16,6 @@ from tunekit.store.database import document
 from tunekit.store.entry import Entry
 from tunekit.store.store import Store
 
-runner = CliRunner()
 ESC = "\x1b"
 HOSTILE = [
     "[/nope]",  # a closing tag with nothing open: rich raises MarkupError
@@ -32,13 +29,8 @@ HOSTILE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def wide_terminal(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
+pytestmark = pytest.mark.usefixtures("wide_terminal")
 
-
-def run(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -79,13 +71,13 @@ def _hostile_entries(toy, in_problem: bool = False):
 def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
     path = tmp_path / "db.json"
     path.write_text(json.dumps(document([]) | {"entries": _hostile_entries(toy)}))
-    result = run("import", str(path))
+    result = cli("import", str(path))
     assert result.exit_code == 0 and f"{len(HOSTILE)} added" in result.output, result.output
     with Store() as store:
         for data in _hostile_entries(toy, in_problem=True):
             store.put(Entry.from_json(data))
     for args in (["show"], ["show", "--kernel", "toy"]):
-        result = run(*args)
+        result = cli(*args)
         assert result.exit_code == 0, result.output
         assert ESC not in result.output and "\x07" not in result.output and "\u202e" not in result.output
         assert "[/nope]" in result.output and "[bold red]loud[/bold red]" in result.output
@@ -103,7 +95,7 @@ def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
     claim = queue.claim("[bold]worker\x1b]0;x\x07")
     assert claim is not None
     queue.fail(claim, "[/nope] failed \x1b[2J")
-    result = run("status", "--storage", url, "--jobs")
+    result = cli("status", "--storage", url, "--jobs")
     assert result.exit_code == 0, result.output
     assert ESC not in result.output and "\x07" not in result.output
     assert "[/nope] failed \\x1b[2J" in result.output and "[bold]worker\\x1b]0;x\\x07" in result.output
@@ -112,7 +104,7 @@ def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
 
 def test_one_line_errors_escape_what_they_quote(toy, tmp_path):
     missing = str(tmp_path / "\x1b[2Jmissing[/nope].json")
-    result = run("import", missing)
+    result = cli("import", missing)
     assert result.exit_code == 1 and "cannot read" in result.output and "\\x1b[2Jmissing[/nope].json" in result.output
     assert ESC not in result.output
 
@@ -121,16 +113,16 @@ def test_export_and_import_messages_escape_paths(toy, tmp_path):
     with Store() as store:
         store.put(toy_entry(toy, fingerprint(), 1.0))
     out = tmp_path / "db[bold].json"
-    result = run("export", "--out", str(out))
+    result = cli("export", "--out", str(out))
     assert result.exit_code == 0 and "db[bold].json" in result.output, result.output
-    result = run("import", str(out))
+    result = cli("import", str(out))
     assert result.exit_code == 0 and "db[bold].json: 1 entry read" in result.output, result.output
 
 
 def test_a_plan_file_s_problems_print_as_themselves(toy, tmp_path):
     plan = tmp_path / "plan.jsonl"
     plan.write_text(json.dumps({"kernel": "toy", "problem": {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[2J"}}) + "\n")
-    result = run("plan", str(plan))  # not a dtype of the toy kernel: refused, quoting it as itself
+    result = cli("plan", str(plan))  # not a dtype of the toy kernel: refused, quoting it as itself
     assert result.exit_code == 1 and "[/nope]\\x1b[2J" in result.output and ESC not in result.output
 
 

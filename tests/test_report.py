@@ -9,9 +9,8 @@ import sys
 
 import pytest
 import torch
-from typer.testing import CliRunner
+from helpers import cli
 
-from tunekit.cli import app
 from tunekit.core import backend
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
@@ -506,7 +505,7 @@ def test_summary_is_printed_and_stored_and_recomputed_from_a_saved_json(tmp_path
     stored = json.loads(path.read_text())["summary"]
     assert stored == json.loads(json.dumps(summarize(run)))
     assert BenchRun.load(path) == run  # the summary is derived, never read back
-    result = CliRunner().invoke(app, ["bench", "--summary", str(path)], env={"COLUMNS": "250"})
+    result = cli("bench", "--summary", str(path), env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "0.75 missed by 0.05" in result.output and "copy bandwidth 4000 GB/s" in result.output
     assert "layernorm: GB/s" not in result.output  # the summary, not the tables again

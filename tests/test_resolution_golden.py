@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from pathlib import Path
 
 from fingerprints import H200, H200_LIMITS, INTERPRETER
+from helpers import ROOT, TESTS
 
 import tunekit.ops  # noqa: F401  (the ops register the kernels whose problems torch may serve: as in use, in any order)
 from tunekit.core.device import DeviceFingerprint
@@ -28,8 +28,7 @@ from tunekit.runtime.dispatch import resolve
 from tunekit.store.database import read_document
 from tunekit.tuning import model
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "golden" / "resolutions.json"
+GOLDEN = TESTS / "golden" / "resolutions.json"
 SHIPPED = sorted((ROOT / "cache").glob("*.json"))
 
 

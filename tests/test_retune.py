@@ -8,15 +8,13 @@ import json
 
 import optuna
 import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
-from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 from tunekit.tuning.tuner import ALREADY_TUNED, InProcessBench, TuneOptions, tune
 
-runner = CliRunner()
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 
 
@@ -40,7 +38,7 @@ def measurements(monkeypatch):
 
 
 def tune_json(*args: str) -> dict:
-    result = runner.invoke(app, ["tune", "-k", "toy", "-s", "8x32", "--sampler", "random", "--json", *args])
+    result = cli("tune", "-k", "toy", "-s", "8x32", "--sampler", "random", "--json", *args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 

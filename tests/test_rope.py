@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from fingerprints import H200, INTERPRETER
+from helpers import cli
 from kernel_checks import DEV, INTERPRETER_NOISE, assert_heuristic_valid, launch_poisoned
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
@@ -272,13 +273,11 @@ def test_problem_from_shape_and_its_errors():
 
 
 def test_a_quick_tune_through_the_cli():
-    from typer.testing import CliRunner
 
-    from tunekit.cli import app
 
     for kernel in ("rope", "rope_backward"):
         args = ["tune", "--kernel", kernel, "--shape", "8x2x1x16", "--trials", "3", "--json"]
-        result = CliRunner().invoke(app, args)
+        result = cli(*args)
         assert result.exit_code == 0, result.output
         (row,) = json.loads(result.output)["results"]
         assert row["kernel"] == kernel and row["config"]["BLOCK_R"] >= 1, row

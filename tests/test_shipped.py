@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import ROOT
 
 from tunekit.core.device import fingerprint
 from tunekit.store.database import read_document, shipped_entries
 
-SHIPPED = sorted((Path(__file__).parent.parent / "cache").glob("*.json"))
+SHIPPED = sorted((ROOT / "cache").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_database import toy_entry
-from test_store import H200
-from typer.testing import CliRunner
+from fingerprints import H200
+from helpers import cli, toy_entry
 
-from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
@@ -33,10 +31,10 @@ def test_entries_of_other_problem_fields_render_as_stale(toy, device):
         for problem in ODD_PROBLEMS:
             key = CacheKey.make("toy", "0123456789abcdef", fp.key, problem)
             store.put(Entry(key, good.config, 2.0, good.device, good.provenance, good.trials))
-    result = CliRunner().invoke(app, ["show", "--no-shipped"])
+    result = cli("show", "--no-shipped")
     assert result.exit_code == 0, (result.output, result.exception)
     assert "columns=32" in result.output and "rows=eight" in result.output
-    result = CliRunner().invoke(app, ["show", "--json", "--no-shipped"])
+    result = cli("show", "--json", "--no-shipped")
     assert result.exit_code == 0, (result.output, result.exception)
     shown = json.loads(result.output)["entries"]
     assert len(shown) == 1 + len(ODD_PROBLEMS)

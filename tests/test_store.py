@@ -14,26 +14,12 @@ from pathlib import Path
 import pytest
 from crafting import leave_hot_journal, name_super_journal, private_tmpfs_available, run_in_tmpfs
 from fingerprints import H200
+from helpers import TESTS, make_entry
 
-from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.device import fingerprint
 from tunekit.core.errors import CacheError, TunekitError
-from tunekit.store.entry import Entry, TrialRecord
-from tunekit.store.key import CacheKey
+from tunekit.store.entry import Entry
 from tunekit.store.store import DB_NAME, LEGACY_NAME, Store
-
-PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
-
-
-def make_entry(device: DeviceFingerprint, time_ms: float, block: int = 16, problem=PROBLEM) -> Entry:
-    config = {"BLOCK": block, "variant": "a", "num_warps": 4}
-    return Entry(
-        key=CacheKey.make("toy", "srchash", device.key, problem),
-        config=config,
-        time_ms=time_ms,
-        device=device.to_json(),
-        provenance={"strategy": "tpe"},
-        trials=(TrialRecord(config, "ok", time_ms), TrialRecord({**config, "variant": "wrong"}, "wrong", error="x")),
-    )
 
 
 def test_round_trip(isolated_cache):
@@ -259,7 +245,7 @@ def test_a_fifo_where_the_database_or_its_journal_should_be_never_hangs(tmp_path
     """Opening a FIFO for reading blocks until a writer comes: the store checks what a name is before opening it.
     Run in a child process with a time limit, so a hang fails the test instead of stalling the suite."""
     result = subprocess.run(
-        [sys.executable, "-c", FIFO_SCRIPT, str(tmp_path), str(Path(__file__).parent)],
+        [sys.executable, "-c", FIFO_SCRIPT, str(tmp_path), str(TESTS)],
         capture_output=True,
         text=True,
         timeout=90,
@@ -355,10 +341,11 @@ def _check_served_and_refused(out: dict, cause: str) -> None:
     assert "delete" not in out["error"].lower() and "damaged" not in out["error"]
 
 
-IN_TMPFS = """
+IN_TMPFS = f"""
 import json
+sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_store import serve_then_write
-print(json.dumps(serve_then_write(MNT / "cache", {})))
+print(json.dumps(serve_then_write(MNT / "cache", {{}})))
 """
 
 

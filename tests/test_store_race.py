@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_store import make_entry
+from helpers import make_entry
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import CacheError

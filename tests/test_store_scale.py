@@ -10,7 +10,7 @@ import sqlite3
 import time
 
 from fingerprints import H200
-from test_database import toy_entry
+from helpers import cli, toy_entry
 
 from tunekit.core.device import fingerprint
 from tunekit.runtime.dispatch import resolve
@@ -57,9 +57,7 @@ def test_a_new_key_does_not_decode_other_devices_entries(toy, monkeypatch):
 
 def test_show_is_linear_in_the_store(toy, monkeypatch):
     """Each listed problem's resolution looks at the entries of its kernel on this device, not at every entry."""
-    from typer.testing import CliRunner
 
-    from tunekit.cli import app
     from tunekit.runtime import dispatch
 
     _plant_many(toy, H200, 1500)
@@ -73,7 +71,7 @@ def test_show_is_linear_in_the_store(toy, monkeypatch):
 
     monkeypatch.setattr(dispatch, "nearest_entry", counting)
     started = time.perf_counter()
-    result = CliRunner().invoke(app, ["show", "--no-shipped", "--json"])
+    result = cli("show", "--no-shipped", "--json")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.output)["entries"]) == 1501
     assert scanned[0] <= 10 * 1501, f"{scanned[0]} candidates scanned to show 1501 entries"

@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
-from tunekit.cli import app
 from tunekit.core import backend
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.evaluation import suite
 from tunekit.evaluation.suite import EPILOGUES, families, family_for, work_list
 
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def wide_terminal(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "250")  # rich tables would wrap cells at 80 columns
+pytestmark = pytest.mark.usefixtures("wide_terminal")
 
 
 def shapes(family: str, scope: str = "full") -> set[tuple[int, int, str]]:
@@ -129,7 +123,7 @@ def test_nine_op_chain_is_tanh_gelu():
 
 def test_cli_bench_kernel_shape_json(tmp_path):
     out = tmp_path / "run.json"
-    result = runner.invoke(app, ["bench", "--kernel", "layernorm", "--shape", "16x256", "--json", str(out)])
+    result = cli("bench", "--kernel", "layernorm", "--shape", "16x256", "--json", str(out))
     assert result.exit_code == 0, result.output
     assert "16x256 fp32" in result.output and "interpreter wall-clock" in result.output
     data = json.loads(out.read_text())
@@ -148,14 +142,14 @@ def test_cli_bench_kernel_shape_json(tmp_path):
     ],
 )
 def test_cli_bench_errors_are_one_line(args, message):
-    result = runner.invoke(app, args)
+    result = cli(*args)
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
 
 
 def test_help_of_bench_and_plot():
     for cmd in ("bench", "plot"):
-        result = runner.invoke(app, [cmd, "--help"])
+        result = cli(cmd, "--help")
         assert result.exit_code == 0 and "Usage" in result.output
 
 

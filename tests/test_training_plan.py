@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from typer.testing import CliRunner
+from helpers import cli
 
 import tunekit
 import tunekit.ops as ops
-from tunekit.cli import app
 from tunekit.fleet.plans import read_plan
 from tunekit.runtime import dispatch
 
@@ -39,7 +38,7 @@ def test_a_recorded_training_step_tunes_its_backward_problems(tmp_path: Path) ->
     layouts = {(g["a_layout"], g["b_layout"], g["activation"]) for g in gemms}
     assert {("row", "row", "none"), ("col", "row", "none"), ("row", "col", "gelu")} <= layouts, layouts
 
-    result = CliRunner().invoke(app, ["tune", "--plan", str(plan), "--trials", "2"])
+    result = cli("tune", "--plan", str(plan), "--trials", "2")
     assert result.exit_code == 0, result.output
     dispatch.reset_all()
     with tunekit.record_problems(tmp_path / "again.jsonl"):

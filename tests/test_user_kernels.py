@@ -15,6 +15,7 @@ import pytest
 import torch
 import triton
 import user_kernel_example as ex
+from helpers import TESTS
 
 import tunekit
 from tunekit.core.errors import InvalidInputError, TunekitError
@@ -74,7 +75,7 @@ print(json.dumps({{**vars(kernel.stats), "config": kernel.best_config.kwargs}}))
 def _process(tmp_path: Path, cache: Path, extra: str = "") -> tuple[dict, str]:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(_SCRIPT.format(extra=extra)))
-    tests = str(Path(__file__).parent)
+    tests = str(TESTS)
     env = {**os.environ, "TUNEKIT_CACHE_DIR": str(cache), "PYTHONPATH": tests, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

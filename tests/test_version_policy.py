@@ -7,10 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
-from test_store import make_entry
-from typer.testing import CliRunner
+from helpers import cli, make_entry
 
-from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.runtime import version_policy
 from tunekit.runtime.dispatch import dispatcher, resolve
@@ -69,7 +67,7 @@ def test_never_and_show_run_no_check(toy, shipped_elsewhere, monkeypatch):
     monkeypatch.setenv("TUNEKIT_OTHER_TRITON", "never")
     assert resolve(toy, problem, fingerprint(), None).layer != "shipped"
     monkeypatch.delenv("TUNEKIT_OTHER_TRITON")
-    result = CliRunner().invoke(app, ["show", "-k", "toy"], env={"COLUMNS": "80"})
+    result = cli("show", "-k", "toy", env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "Triton 0.9.0 entry: checked under Triton" in result.output and "on first use" in result.output
     assert not version_policy.verdicts_path().exists()
