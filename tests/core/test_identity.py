@@ -2,7 +2,7 @@
 
 - A golden file holds each kernel's version and host launch-path digest: a launch-path change with no version
   bump fails here. Re-record (when the change keeps the launch meaning) with
-  `python tests/test_identity.py --record`; otherwise bump the kernel's `version`, then re-record.
+  `PYTHONPATH=tests python tests/core/test_identity.py --record`; otherwise bump the kernel's `version`, then re-record.
 - Reformatting, reordering imports and moving functions between modules leave every shipped entry servable.
 - Editing one jit body changes exactly the identities of the kernels that launch it.
 - A rule that forbids a stored config stops it being served, without a new identity.
@@ -53,9 +53,11 @@ def test_launch_paths_match_the_golden_file():
     assert not unbumped, (
         f"the host launch path of {unbumped} changed with the same version. If what is launched (grid, staging, "
         "variant mapping, problem key meaning) changed, bump the kernel's `version`; either way, re-record with "
-        "`python tests/test_identity.py --record` in the same commit"
+        "`PYTHONPATH=tests python tests/core/test_identity.py --record` in the same commit"
     )
-    assert now == golden, "versions bumped: re-record with `python tests/test_identity.py --record`"
+    assert now == golden, (
+        "versions bumped: re-record with `PYTHONPATH=tests python tests/core/test_identity.py --record`"
+    )
 
 
 def _shipped_entries():

@@ -1,4 +1,4 @@
-"""The tuning-efficiency benchmark on synthetic timing tables (tests/test_simulate.py plants them)."""
+"""The tuning-efficiency benchmark on synthetic timing tables (tests/evaluation/test_simulate.py plants them)."""
 
 from __future__ import annotations
 

@@ -198,7 +198,7 @@ def test_sum(x, dim, in_range, keepdim, dtype):
 )
 def test_gelu(x, approximate, grad):
     if grad and x.dtype.is_floating_point:
-        x = x.detach().requires_grad_(True)  # gradients flow (tests/test_autograd.py checks their values)
+        x = x.detach().requires_grad_(True)  # gradients flow (tests/ops/test_autograd.py checks their values)
 
     def reference():
         if not _is_cpu_float(x) or approximate not in ("none", "tanh"):

@@ -9,7 +9,8 @@ change behaviour. The golden file holds, for every shipped entry,
 and, for every kernel, its heuristic on its default problems (GPU and interpreter) and the model's seeds,
 pruning and ranking of the valid configs of its GPU default problems.
 
-Re-record only for a deliberate behaviour change: `python tests/test_resolution_golden.py --record`.
+Re-record only for a deliberate behaviour change:
+`PYTHONPATH=tests python tests/runtime/test_resolution_golden.py --record`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_shipped_entries_are_loaded_but_not_served_on_another_device():
 def test_shipped_entries_match_the_current_kernel_sources(path):
     """A change of a kernel's identity (its jit code, space values or version) retires its shipped entries
     silently at run time; here it fails loudly instead. Re-tune the kernel on that device and re-export.
-    Reformatting and moving code keep the identity (tests/test_identity.py)."""
+    Reformatting and moving code keep the identity (tests/core/test_identity.py)."""
     from tunekit.core.registry import get_spec
 
     stale = sorted(

@@ -52,7 +52,7 @@ def test_previous_trials_are_reused_not_remeasured(toy):
     device = fingerprint()
     first = tune(toy, PROBLEM, device, TuneOptions(trials=6, sampler="random", seed=1), timer=PlantedTimer())
     timer = PlantedTimer()
-    second = tune(  # 12: the budget counts the 6 stored trials (tests/test_retune.py)
+    second = tune(  # 12: the budget counts the 6 stored trials (tests/tuning/test_retune.py)
         toy, PROBLEM, device, TuneOptions(trials=12, sampler="random", seed=1), timer=timer, previous=first.entry
     )
     before = {tuple(sorted(t.config.items())) for t in first.entry.trials}
@@ -86,7 +86,7 @@ def test_resumes_from_optuna_storage(toy, tmp_path):
     device = fingerprint()
     first = tune(toy, PROBLEM, device, TuneOptions(trials=4, sampler="random", storage=url), timer=PlantedTimer())
     timer = PlantedTimer()
-    # trials=8: the budget counts the study's 4 stored trials (tests/test_retune.py)
+    # trials=8: the budget counts the study's 4 stored trials (tests/tuning/test_retune.py)
     second = tune(toy, PROBLEM, device, TuneOptions(trials=8, sampler="random", storage=url, seed=9), timer=timer)
     seen_first = {tuple(sorted(r.config.items())) for r in first.records}
     assert not seen_first & {tuple(sorted(r.config.items())) for r in second.records}
