@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -82,11 +83,17 @@ def test_every_shipped_entry_is_served_under_todays_identity():
     assert entries and all(_served_from_shipped(entries))
 
 
+@functools.cache
+def _source(fn):
+    """function_source, read once per function (the edit test asks for every function's source ~250 times)."""
+    return function_source(fn)
+
+
 def _edited(target):
     """A source_of that adds one statement to `target`'s body."""
 
     def source_of(fn):
-        source = function_source(fn)
+        source = _source(fn)
         if fn is not target:
             return source
         tree = ast.parse(textwrap.dedent(source))

@@ -61,7 +61,9 @@ def _distinct_kernels(problem: dict) -> list[dict]:
 
 @pytest.mark.parametrize("weight,bias", AFFINE)
 @pytest.mark.parametrize("n", [1, 7, 33, 1023, 4097])
-@pytest.mark.parametrize("m", [1, 3, 64])
+# 17 rows: more than one program of every multi-row config, and a partial last one (64 rows picked the same configs
+# at 4x the interpreter's time: 88 s of the suite).
+@pytest.mark.parametrize("m", [1, 3, 17])
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_heuristic_config_matches_torch(dtype: str, m: int, n: int, weight: bool, bias: bool) -> None:
     inputs = _inputs(m, n, dtype, weight, bias)
