@@ -32,3 +32,32 @@ def swapped_under_compile(monkeypatch):
     from tunekit.runtime import compile_policy
 
     monkeypatch.setattr(compile_policy, "FORCED", frozenset(compile_policy.OPS))
+
+
+@pytest.fixture
+def wide_terminal(monkeypatch):
+    """Rich tables at 250 columns: at 80 they would wrap cells. A module that reads tables applies it to every test
+    with `pytestmark = pytest.mark.usefixtures("wide_terminal")`."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+@pytest.fixture
+def narrow_terminal(monkeypatch):
+    """An 80-column terminal: what the CLI must print in full, wrapped, never cut."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+@pytest.fixture
+def untuned_gpu(monkeypatch, tmp_path):
+    """Dispatch as on a GPU with no tuned entry here (an empty store, a device no shipped database covers)."""
+    import dataclasses
+
+    from fingerprints import H200
+
+    from tunekit.runtime import dispatch
+
+    monkeypatch.setenv("TUNEKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "fingerprint", lambda: dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3"))
+    dispatch.reset_all()
+    yield dispatch
+    dispatch.reset_all()

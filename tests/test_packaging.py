@@ -14,10 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import cli
 
 import tunekit
-from tunekit.cli import app
 from tunekit.core.errors import TunekitError
 from tunekit.store.shipped_data import (
     default_table_files,
@@ -30,7 +29,6 @@ from tunekit.store.shipped_data import (
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; tunekit itself runs on 3.10
 ROOT = Path(__file__).resolve().parent.parent
-runner = CliRunner()
 
 
 def pyproject() -> dict:
@@ -94,12 +92,12 @@ def test_record_writes_to_the_cache_directory_and_efficiency_reads_it(isolated_c
 
 
 def test_explain_takes_a_shipped_table_by_name():
-    result = runner.invoke(
-        app, ["explain", "-k", "gemm", "-s", "4097x4096x4096", "--dtype", "bfloat16", "--table", "h200-sm90-132sm/gemm"]
+    result = cli(
+        "explain", "-k", "gemm", "-s", "4097x4096x4096", "--dtype", "bfloat16", "--table", "h200-sm90-132sm/gemm"
     )
     assert result.exit_code == 0, result.output
     assert "132" in result.output  # the H200's SMs, modelled on this CPU machine
-    result = runner.invoke(app, ["explain", "-k", "gemm", "-s", "4097x4096x4096"])
+    result = cli("explain", "-k", "gemm", "-s", "4097x4096x4096")
     assert result.exit_code == 1 and "a shipped table: " in result.output
     assert "h200-sm90-132sm/gemm" in result.output
 

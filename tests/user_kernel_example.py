@@ -1,5 +1,5 @@
 """A small kernel written here for the tunekit.autotune tests: the same jit function under triton.autotune and under
-tunekit.autotune (tests/test_user_kernels.py; a second process imports this module by name)."""
+tunekit.autotune (tests/user_kernels/test_user_kernels.py; a second process imports this module by name)."""
 
 from __future__ import annotations
 

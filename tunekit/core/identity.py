@@ -7,7 +7,7 @@ Three parts, joined as `"{version}.{code}.{space}"` (the value of a cache key's 
 - space: a digest of the search space's data (parameter names and values). Rules stay out: they are checked
   again whenever an entry is served.
 - version: the kernel declaration's integer, bumped by hand when host-side launch meaning changes (grid,
-  staging, variant mapping, what the problem key means). tests/test_identity.py keeps a golden digest of each
+  staging, variant mapping, what the problem key means). tests/core/test_identity.py keeps a golden digest of each
   kernel's host launch path and fails when that digest moves while the version does not.
 
 Host code is walked (from the launch and the problem parser) only to find the jit functions and for the golden

@@ -1,7 +1,7 @@
 """Every environment variable tunekit reads, in one place, validated on read.
 
 ENVIRONMENT lists them (name, meaning, default): README's "Environment variables" section and `tunekit --help`
-print that table; tests/test_cli_width.py checks that README lists every name.
+print that table; tests/cli/test_cli_width.py checks that README lists every name.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class KernelSpec:
     tolerances: Mapping[str, Tolerance]
     bytes_moved: Callable[[Problem], int]
     flops: Callable[[Problem], int]
-    # Bumped by hand when host-side launch meaning changes (tunekit/core/identity.py; tests/test_identity.py guards it).
+    # Bumped by hand when host-side launch meaning changes (core/identity.py; tests/core/test_identity.py guards it).
     version: int
     shape_help: str = ""
     # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.

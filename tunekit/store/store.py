@@ -1,6 +1,6 @@
 """The working cache store: one SQLite file of JSON payloads keyed by the hashed CacheKey, under the user cache dir.
 
-What it promises (tests/test_store.py, test_cache_integrity.py, test_concurrency.py, test_crafted_store.py):
+What it promises (tests/store/test_store.py, test_cache_integrity.py, test_concurrency.py, test_crafted_store.py):
 - Everything read from disk is data. A payload is JSON text, parsed and validated, never unpickled; no row names a
   file, so nothing the store holds can make it open, write or delete a path. The store is plain sqlite3, one table
   of (digest, stored_at, payload), not diskcache (which unpickles rows whose mode says so, trusts the file names

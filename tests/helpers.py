@@ -1,0 +1,54 @@
+"""What test files in several folders share: the tests' own paths, the CLI runner and the store entries they plant.
+Imported by name (`from helpers import cli`): pytest puts tests/ on sys.path when it loads tests/conftest.py.
+
+The terminal-width fixtures (`wide_terminal`, `narrow_terminal`) are in conftest.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner, Result
+
+from tunekit.core.device import DeviceFingerprint
+from tunekit.store.entry import Entry, TrialRecord
+from tunekit.store.key import CacheKey
+
+TESTS = Path(__file__).resolve().parent  # tests/: the helper modules (toy_kernel, crafting, ...) and golden/
+ROOT = TESTS.parent  # the repository
+
+runner = CliRunner()
+
+
+def cli(*args: str, **kwargs: Any) -> Result:
+    """`tunekit ARGS...` in this process (typer's runner); keyword arguments go to CliRunner.invoke (env=...)."""
+    from tunekit.cli import app
+
+    return runner.invoke(app, list(args), **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ store entries
+
+PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
+
+
+def make_entry(device: DeviceFingerprint, time_ms: float, block: int = 16, problem=PROBLEM) -> Entry:
+    """An entry of a kernel named "toy" with a made-up source hash (stored and listed, never served)."""
+    config = {"BLOCK": block, "variant": "a", "num_warps": 4}
+    return Entry(
+        key=CacheKey.make("toy", "srchash", device.key, problem),
+        config=config,
+        time_ms=time_ms,
+        device=device.to_json(),
+        provenance={"strategy": "tpe"},
+        trials=(TrialRecord(config, "ok", time_ms), TrialRecord({**config, "variant": "wrong"}, "wrong", error="x")),
+    )
+
+
+def toy_entry(toy, device, time_ms, block=16, rows=8, timer="fake", cols=32, variant="a"):
+    """An entry of the registered toy kernel (the `toy` fixture's spec): one dispatch can serve."""
+    e = make_entry(device, time_ms, block, {"rows": rows, "cols": cols, "dtype": "float32"})
+    key = CacheKey.make("toy", toy.source_hash, device.key, dict(e.key.problem))
+    config = {**e.config, "variant": variant}
+    trials = (TrialRecord(config, "ok", time_ms), *e.trials[1:])
+    return Entry(key, config, e.time_ms, e.device, {**e.provenance, "timer": timer}, trials)

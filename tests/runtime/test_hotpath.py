@@ -1,0 +1,359 @@
+"""The eager hot path (tunekit/runtime/hotpath.py): a signature's plan is built once, reused, invalidated on reset,
+and gives the full path's results on every op, on odd and strided inputs; calls that need autograd never take it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+from fingerprints import gpu
+from helpers import cli, make_entry
+from op_cases import CASES
+
+import tunekit.ops as ops
+from tunekit.core.errors import CacheMissError
+from tunekit.core.launch_plan import Replay, TorchCall
+from tunekit.runtime import compile_policy, dispatch, hotpath
+from tunekit.runtime.dispatch import TORCH, Resolution
+from tunekit.store.store import Store
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    dispatch.reset_all()
+    for hot in hotpath.ops():
+        hot.stats = hotpath.Stats()
+
+
+def _stats(op: Callable[..., object]) -> hotpath.Stats:
+    assert isinstance(op, hotpath.HotPath)
+    return op.stats
+
+
+def _leaves(name: str, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=gen) for s in CASES[name][0]]
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and type(a) is type(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+        return
+    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    assert a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_op_replays_its_full_path(name: str) -> None:
+    """Third and later calls are replays; with new data of the same signature they equal the full path bitwise."""
+    call = CASES[name][1]
+    op = getattr(ops, name)
+    for seed in range(3):
+        call(*_leaves(name, seed))
+    stats = _stats(op)
+    assert (stats.watched, stats.plans, stats.replays) == (1, 1, 1), stats
+    fresh = _leaves(name, 7)
+    replayed = call(*fresh)
+    hotpath.forget_plans()
+    _same(replayed, call(*fresh))  # after forgetting: the full path
+
+
+def test_a_plan_is_bound_once_per_signature() -> None:
+    w, b = torch.randn(64), torch.randn(64)
+    for _ in range(10):
+        ops.layer_norm(torch.randn(5, 64), (64,), w, b)
+    stats = _stats(ops.layer_norm)
+    assert (stats.watched, stats.plans, stats.replays) == (1, 1, 8)
+    for _ in range(3):  # another shape is another signature: one more watch and plan
+        ops.layer_norm(torch.randn(6, 64), (64,), w, b)
+    assert (stats.watched, stats.plans, stats.replays) == (2, 2, 9)
+
+
+def test_reset_all_forgets_plans() -> None:
+    x = torch.randn(4, 40)
+    for _ in range(3):
+        ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 1
+    dispatch.reset_all()
+    for _ in range(2):  # a full call, then a watched one: no replay until a plan is rebuilt
+        ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 1
+    ops.softmax(x, -1)
+    assert _stats(ops.softmax).replays == 2
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 3, 1023), (0, 16), (5, 2049)])
+def test_odd_shapes(shape: tuple[int, ...]) -> None:
+    n = shape[-1]
+    w = torch.randn(n)
+    outs = [ops.rms_norm(x, (n,), w, 1e-6) for x in [torch.randn(shape) for _ in range(3)]]
+    x = torch.randn(shape)
+    torch.testing.assert_close(ops.rms_norm(x, (n,), w, 1e-6), torch.nn.functional.rms_norm(x, (n,), w, 1e-6))
+    assert len(outs) == 3 and _stats(ops.rms_norm).replays >= 1
+
+
+def test_strided_input_copies_so_keeps_the_full_path() -> None:
+    """A transposed input is copied to rows by the op: a plan would skip the copy, so none is built."""
+    x = torch.randn(48, 6).T  # [6, 48], last dim strided
+    for _ in range(3):
+        y = ops.layer_norm(x, (48,))
+    stats = _stats(ops.layer_norm)
+    assert stats.plans == 0 and stats.replays == 0 and len(stats.refused) == 1
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (48,)))
+
+
+def test_offset_views_replay_at_their_own_pointer() -> None:
+    """Row slices of one buffer share a signature when aligned alike; each replay reads its own rows."""
+    base = torch.randn(64, 32)
+    views = [base[i * 8 : i * 8 + 4] for i in range(4)]  # 8 rows * 128 bytes apart: same 16-byte alignment
+    outs = [ops.softmax(v, -1) for v in views]
+    assert _stats(ops.softmax).replays == 2
+    for v, y in zip(views, outs):
+        torch.testing.assert_close(y, torch.softmax(v, -1))
+
+
+def test_aliased_arguments_are_another_signature() -> None:
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    for _ in range(3):
+        ops.matmul(a, b)
+    ops.matmul(a, a)  # same shapes, one pointer twice: not the plan of (a, b)
+    assert _stats(ops.matmul).replays == 1
+    torch.testing.assert_close(ops.matmul(a, a), a @ a, atol=1e-3, rtol=1e-3)
+
+
+def test_autograd_calls_never_take_the_hot_path() -> None:
+    w = torch.randn(24, requires_grad=True)
+    for _ in range(4):
+        y = ops.rms_norm(torch.randn(3, 24), (24,), w, 1e-6)
+    stats = _stats(ops.rms_norm)
+    assert y.requires_grad and (stats.plans, stats.replays, stats.refused) == (0, 0, {"autograd": 1})
+    with torch.no_grad():  # the same tensors' signature without autograd: a plan of its own
+        for _ in range(3):
+            y = ops.rms_norm(torch.randn(3, 24), (24,), w, 1e-6)
+    assert not y.requires_grad and (stats.plans, stats.replays) == (1, 1)
+
+
+def test_torch_served_signature_calls_torch_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where dispatch serves TORCH, the plan is torch's own op: nothing of tunekit's runs around it."""
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    x, w, b = torch.randn(4, 40), torch.randn(40), torch.randn(40)
+    for _ in range(3):
+        y = ops.layer_norm(x, (40,), w, b)
+    plan = ops.layer_norm.plans  # type: ignore[attr-defined]
+    assert [type(p) for p in plan.values()] == [TorchCall]
+    assert _stats(ops.layer_norm).replays == 1
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (40,), w, b))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_torch_served_op_replays_torch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every op's torch equivalent takes the op's own arguments (gelu's approximate positionally, too)."""
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    call, op = CASES[name][1], getattr(ops, name)
+    leaves = _leaves(name)
+    results = [call(*leaves) for _ in range(3)]
+    assert [type(p) for p in op.plans.values()] == [TorchCall] and _stats(op).replays == 1
+    _same(results[2], results[1])
+    torch.testing.assert_close(results[2], CASES[name][2](*leaves))
+
+
+def test_triton_plans_replay_launches() -> None:
+    x = torch.randn(4, 40)
+    for _ in range(2):
+        ops.gelu(x)
+    (plan,) = ops.gelu.plans.values()  # type: ignore[attr-defined]
+    assert isinstance(plan, Replay) and len(plan.fires) == 1 and len(plan.allocations) == 1
+
+
+def test_record_problems_bypasses_plans(tmp_path: object) -> None:
+    """Recording problems needs every call to reach dispatch: plans step aside while a recorder is active."""
+    import tunekit
+
+    x = torch.randn(4, 40)
+    for _ in range(3):
+        ops.softmax(x, -1)
+    with tunekit.record_problems() as recorded:
+        ops.softmax(x, -1)
+    assert any(kernel == "softmax" for kernel, _ in recorded.problems)
+
+
+def test_bench_host_needs_a_gpu_and_says_so() -> None:
+    """The benchmark command times eager launches; on the CPU it refuses in one line."""
+
+
+    result = cli("bench-host")
+    assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["layer_norm", "rms_norm", "matmul", "gelu", "bias_act", "bias_act_residual", "rotary_embedding"]
+)
+def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> None:
+    """The public op never plans an autograd call, but the bodies its eager autograd Function runs (grad mode off)
+    do: after a few steps (the op's own watched step runs them as they are), forward and backward are replays, with
+    the full path's bits; reset forgets them."""
+    leaves = [t.requires_grad_() for t in _leaves(name)]
+    call = CASES[name][1]
+    inner = hotpath._INNER
+    for hot in inner:
+        hot.stats = hotpath.Stats()
+    steps = []
+    for _ in range(5):
+        y = call(*leaves)
+        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+        steps.append((y.detach(), *torch.autograd.grad(y, leaves, dy)))
+    for step in steps[1:]:
+        _same(step, steps[0])
+    used = [hot for hot in inner if hot.stats.replays]
+    # norms and pointwise ops: a forward body and a backward body; matmul: one body, planned for the forward, dA
+    # and dB signatures
+    bodies, plans = (1, 3) if name == "matmul" else (2, 1)
+    assert len(used) == bodies and all(h.stats.plans == plans and h.stats.replays >= 2 for h in used), [
+        h.stats for h in inner
+    ]
+    dispatch.reset_all()
+    assert all(not hot.plans for hot in inner)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "layer_norm",
+        "rms_norm",
+        "linear",
+        "matmul",
+        "softmax",
+        "gelu",
+        "bias_act",
+        "bias_act_residual",
+        "rotary_embedding",
+    ],
+)
+def test_a_torch_served_training_call_becomes_torch_own_op(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served TORCH throughout, a call that autograd records has torch's own op as its plan: torch records the
+    graph itself, the gradients are torch's, and nothing of tunekit's runs around it."""
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    op = getattr(ops, name)
+    leaves = [t.requires_grad_() for t in _leaves(name)]
+    call, torch_call = CASES[name][1], CASES[name][2]
+    grads = []
+    for _ in range(3):
+        grads.append(torch.autograd.grad(call(*leaves).sum(), leaves))
+    assert [type(p) for p in op.plans.values()] == [TorchCall]
+    assert _stats(op).replays == 1
+    want = torch.autograd.grad(torch_call(*leaves).sum(), leaves)
+    for got in grads:
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+
+
+def test_a_training_call_with_a_tunekit_backward_is_never_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forward served TORCH but the backward problem served a kernel: the call's graph runs tunekit's backward, so
+    it keeps the full path (a torch plan would swap in torch's backward)."""
+    real = dispatch.resolve
+    monkeypatch.setattr(
+        dispatch, "resolve", lambda spec, *a: Resolution("torch", TORCH) if spec.name == "layernorm" else real(spec, *a)
+    )
+    leaves = [t.requires_grad_() for t in _leaves("layer_norm")]
+    for _ in range(3):
+        y = CASES["layer_norm"][1](*leaves)
+    assert type(y.grad_fn).__name__.startswith("LayerNormEager")
+    stats = _stats(ops.layer_norm)
+    assert (stats.plans, stats.replays, stats.refused) == (0, 0, {"autograd": 1})
+
+
+# A GPU with no shipped database: nothing of tunekit's can serve there until something is tuned for it.
+_UNTUNED_GPU = gpu("nvidia", "NVIDIA A-GPU-nothing-ships-for", "8.9", 128, 101376, 75497472, "12.8")
+
+
+def _on_untuned_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "fingerprint", lambda: _UNTUNED_GPU)
+    dispatch.reset_all()
+
+
+def test_an_op_torch_serves_everywhere_calls_torch_with_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU where no kernel of the op has an entry (the default policy serves torch), a call is torch's own:
+    no signature, no problem key, no dispatch lookup."""
+    _on_untuned_gpu(monkeypatch)
+
+    def no_lookup(*_: object) -> None:
+        raise AssertionError("dispatch was consulted")
+
+    monkeypatch.setattr(dispatch.Dispatcher, "config", no_lookup)
+    x, w, b = torch.randn(4, 40), torch.randn(40), torch.randn(40)
+    for _ in range(3):
+        torch.testing.assert_close(ops.layer_norm(x, (40,), w, b), torch.nn.functional.layer_norm(x, (40,), w, b))
+    assert _stats(ops.layer_norm).torch_direct == 3 and not ops.layer_norm.plans  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kernel", ["layernorm", "layernorm_backward"])
+def test_one_entry_for_the_device_keeps_the_dispatch_path(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry of the op's forward or backward kernel on this device may serve a problem: the op keys its calls
+    again (after reset_all, as after an import); other ops stay torch's."""
+    _on_untuned_gpu(monkeypatch)
+    x, w = torch.randn(4, 40), torch.randn(40)
+    ops.layer_norm(x, (40,), w)
+    ops.rms_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1
+    entry = make_entry(_UNTUNED_GPU, 1.0)
+    with Store() as store:
+        store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel=kernel)))
+    dispatch.reset_all()
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    for _ in range(2):
+        ops.layer_norm(x, (40,), w)
+        ops.rms_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1 and len(ops.layer_norm.plans) == 1  # type: ignore[attr-defined]
+    assert _stats(ops.rms_norm).torch_direct == 3
+
+
+@pytest.mark.parametrize("variable", ["TUNEKIT_UNTUNED=triton", "TUNEKIT_TUNE_ON_MISS=1", "TUNEKIT_STRICT=1"])
+def test_policies_that_may_serve_triton_keep_the_dispatch_path(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, _, value = variable.partition("=")
+    monkeypatch.setenv(name, value)
+    _on_untuned_gpu(monkeypatch)
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    with contextlib.suppress(CacheMissError):  # strict mode refuses the untuned problem: dispatch was consulted
+        ops.softmax(torch.randn(4, 40), -1)
+    assert _stats(ops.softmax).torch_direct == 0
+
+
+def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torch.compile, an op nothing of tunekit's can serve is traced as torch's own ops (which the compiler
+    can fuse), not as tunekit's opaque custom op; once a kernel of it has an entry, the custom op is back where the
+    compile policy swaps the op under compile, and only there."""
+    _on_untuned_gpu(monkeypatch)
+    x, w = torch.randn(4, 40), torch.randn(40)
+    targets: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, _: object) -> Callable[..., object]:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    ops.rms_norm(x, (40,), w)  # the eager call that decides
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: ops.rms_norm(t, (40,), w, 1e-6), fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert targets and not any("tunekit" in t for t in targets), targets
+
+    entry = make_entry(_UNTUNED_GPU, 1.0)
+    with Store() as store:
+        store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel="rmsnorm")))
+    dispatch.reset_all()
+    ops.rms_norm(x, (40,), w)
+    monkeypatch.setattr(compile_policy, "FORCED", frozenset())  # not forced, nor measured: torch's ops still
+    targets.clear()
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert not any("tunekit" in t for t in targets), targets  # (no recompile: the graph never read the decision)
+    monkeypatch.setattr(compile_policy, "FORCED", frozenset({"rms_norm"}))
+    torch._dynamo.reset()
+    targets.clear()
+    torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+    assert any("tunekit" in t for t in targets), targets
+    torch._dynamo.reset()
