@@ -32,9 +32,10 @@ ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "TUNEKIT_COMPILE_OPS",
-        "ops a torch.compile graph calls as tunekit's (a comma list of op names, all or none); the others run the "
-        "model's own code, for Inductor to fuse (tunekit/runtime/compile_policy.py)",
-        "none (measured: no op won under compile)",
+        "forces the ops a torch.compile graph calls as tunekit's, serving what they serve eagerly (a comma list of "
+        "op names, all or none); the others run torch's or the model's own code, for Inductor to fuse "
+        "(tunekit/runtime/compile_policy.py)",
+        "unset: chosen per problem by measurement",
     ),
     ("TUNEKIT_DEBUG", "1: the CLI prints tracebacks", "0"),
     ("TUNEKIT_EXTRA_KERNELS", "more kernels, name=module[,name=module] (each module has a SPEC)", "unset"),
