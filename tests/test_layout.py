@@ -192,14 +192,14 @@ def test_the_checks_can_fail():
         "tunekit.store.a": "if TYPE_CHECKING:\n    from tunekit.store import b\n",
         "tunekit.store.b": "from tunekit.store.a import x\n",
         "tunekit.tuning.tuner": "",
-        "tunekit.kernels.k": "from tunekit.tuning import model\n",
-        "tunekit.tuning.model": "",
+        "tunekit.kernels.k": "from tunekit.tuning import perf_model\n",
+        "tunekit.tuning.perf_model": "",
     }
     edges = graph(fake)
     wrong = upward(edges)
     assert any(w.startswith("tunekit.core.fake -> tunekit.runtime.dispatch") for w in wrong)
     assert any(w.startswith("tunekit.runtime.dispatch -> tunekit.tuning.tuner") for w in wrong)
-    assert any(w.startswith("tunekit.kernels.k -> tunekit.tuning.model") for w in wrong)
+    assert any(w.startswith("tunekit.kernels.k -> tunekit.tuning.perf_model") for w in wrong)
     assert cycles(edges) == [["tunekit.store.a", "tunekit.store.b"]]
     with pytest.raises(AssertionError, match="not in a layer"):
         layer("tunekit.somewhere")
