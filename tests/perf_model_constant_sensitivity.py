@@ -3,7 +3,7 @@
 `Arch.loop_step_clk` (tunekit/tuning/perf_model.py) was chosen by looking at the recorded GEMM tables. This script
 reruns the model strategy (seed 0) on those tables for a range of values and prints the trials to within 2% of each
 table's best, then a leave-one-out choice per table (ties broken towards the smallest constant, not the shipped one).
-Not a test (pytest does not collect it): `python tests/model_constant_sensitivity.py`, on a CPU.
+Not a test (pytest does not collect it): `python tests/perf_model_constant_sensitivity.py`, on a CPU.
 """
 
 from __future__ import annotations
