@@ -33,6 +33,22 @@ RUNTIME_TO_TUNING = {
     "tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate",
     "tunekit.tuning.spot_check",
 }  # fmt: skip
+# Triton's public API (issue 30): what any module may use. Everything else of Triton (triton.runtime, triton.compiler,
+# triton.knobs, triton.backends, the driver, ...) is read only in TRITON_ADAPTER. Checked on every import and on every
+# attribute chain from a name bound to the `triton` package (`import triton`, `import triton.x`, `import triton as t`).
+TRITON_ADAPTER = "tunekit.core.triton_adapter"
+TRITON_PUBLIC_MODULES = frozenset({"triton", "triton.language", "triton.testing", "triton.tools.tensor_descriptor"})
+TRITON_PUBLIC_NAMES = frozenset(
+    {"jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "testing", "__version__"}
+)
+# Attributes of Triton's JIT functions, compiled kernels and launchers that only the adapter reads (whatever the
+# object is called where it is read).
+TRITON_INTERNAL_ATTRIBUTES = frozenset(
+    {
+        "device_caches", "packed_metadata", "launch_metadata", "launch_cooperative_grid", "launch_pdl",
+        "global_scratch_size", "profile_scratch_size", "launch_enter_hook", "launch_exit_hook", "knobs",
+    }
+)  # fmt: skip
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Justified exceptions, with the reason.
@@ -203,6 +219,80 @@ def test_the_checks_can_fail():
     assert cycles(edges) == [["tunekit.store.a", "tunekit.store.b"]]
     with pytest.raises(AssertionError, match="not in a layer"):
         layer("tunekit.somewhere")
+
+
+def _triton_aliases(tree: ast.Module) -> set[str]:
+    """The names a module binds to the `triton` package itself."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "triton":
+                    if alias.asname is None:
+                        names.add("triton")
+                    elif alias.name == "triton":
+                        names.add(alias.asname)
+    return names
+
+
+def triton_internals(module: str, tree: ast.Module) -> list[str]:
+    """What `module` reads of Triton beyond its public API (TRITON_PUBLIC_*), one line each."""
+    found = []
+    aliases = _triton_aliases(tree)
+    for node in ast.walk(tree):
+        where = f"{module}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            found += [f"{where} import {a.name}" for a in node.names if _private_triton_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton":
+            source = node.module or ""
+            if _private_triton_module(source):
+                found.append(f"{where} from {source} import ...")
+            elif source == "triton":
+                private = [a.name for a in node.names if a.name not in TRITON_PUBLIC_NAMES]
+                found += [f"{where} from triton import {name}" for name in private]
+        elif isinstance(node, ast.Attribute):
+            if node.attr in TRITON_INTERNAL_ATTRIBUTES:
+                found.append(f"{where} .{node.attr}")
+            elif isinstance(node.value, ast.Name) and node.value.id in aliases and node.attr not in TRITON_PUBLIC_NAMES:
+                found.append(f"{where} triton.{node.attr}")
+    return found
+
+
+def _private_triton_module(name: str) -> bool:
+    if name.split(".")[0] != "triton":
+        return False
+    return name not in TRITON_PUBLIC_MODULES and not name.startswith("triton.language.")
+
+
+def test_only_the_adapter_reads_triton_internals(sources):
+    found = [
+        line
+        for name, text in sorted(sources.items())
+        if name != TRITON_ADAPTER
+        for line in triton_internals(name, ast.parse(text))
+    ]
+    assert found == [], f"read Triton's internals through {TRITON_ADAPTER}"
+
+
+def test_the_triton_check_can_fail():
+    cases = {
+        "from triton.runtime.jit import KernelInterface\n": "from triton.runtime.jit import ...",
+        "import triton.compiler.compiler\n": "import triton.compiler.compiler",
+        "from triton import knobs\n": "from triton import knobs",
+        "import triton\nx = triton.runtime.driver.active\n": "triton.runtime",
+        "import triton as t\nx = t.knobs\n": ".knobs",
+        "def f(k):\n    return k.device_caches[0]\n": ".device_caches",
+        "def f(c):\n    return c.packed_metadata\n": ".packed_metadata",
+    }
+    for text, expected in cases.items():
+        found = triton_internals("tunekit.core.fake", ast.parse(text))
+        assert any(expected in line for line in found), (text, found)
+    public = (
+        "import triton\nimport triton.language as tl\nfrom triton import Config, cdiv\n"
+        "from triton.testing import do_bench\nfrom triton.tools.tensor_descriptor import TensorDescriptor\n"
+        "v = triton.__version__\nf = triton.jit\nt = triton.testing.do_bench\n"
+    )
+    assert triton_internals("tunekit.core.fake", ast.parse(public)) == []
 
 
 def _is_jit(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -15,6 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunekit.core import backend
+from tunekit.core.triton_adapter import bound_arguments, watch_runs
 
 _ALLOCATIONS = frozenset(
     {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like"}
@@ -91,9 +92,7 @@ def _instrument_kernels() -> None:
         if not name.startswith("tunekit.kernels") or module is None:
             continue
         for value in list(vars(module).values()):
-            run = getattr(value, "run", None)
-            if callable(run) and hasattr(value, "fn") and not getattr(run, "_tunekit_watched", False):
-                value.run = _watched_run(value, run)
+            watch_runs(value, _watched_run)
 
 
 def _watched_run(kernel: Any, run: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,7 +108,6 @@ def _watched_run(kernel: Any, run: Callable[..., Any]) -> Callable[..., Any]:
         watch.launches.append(_launch(kernel, compiled, grid, args, kwargs))
         return compiled
 
-    watched._tunekit_watched = True  # type: ignore[attr-defined]
     return watched
 
 
@@ -125,16 +123,3 @@ def _launch(kernel: Any, compiled: Any, grid: Any, args: tuple[Any, ...], kwargs
 def _three(dims: tuple[int, ...]) -> tuple[int, int, int]:
     padded = (*dims, 1, 1)
     return (int(padded[0]), int(padded[1]), int(padded[2]))
-
-
-def bound_arguments(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments in the kernel's signature order, as Triton's JIT path passes them to the compiled launcher."""
-    from triton import knobs
-    from triton.runtime.driver import driver
-
-    binder = kernel.device_caches[driver.active.get_current_device()][4]
-    options = dict(kwargs)
-    options["debug"] = options.get("debug", kernel.debug) or knobs.runtime.debug
-    options["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    bound, _, _ = binder(*args, **options)
-    return dict(bound)
