@@ -23,8 +23,8 @@ import torch
 from model_transfer import held_out  # tests/gpu/, beside this script
 
 from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.integrations.patching import patch
 from tunekit.runtime import compile_policy
-from tunekit.runtime.patching import patch
 
 
 def set_policy(names: frozenset[str]) -> None:

@@ -86,7 +86,7 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
 
 def _bare_launch(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> float | None:
     """The call's replay plan's launches with every argument already resolved: the floor of any eager call."""
-    from tunekit.core.launch_plan import Replay
+    from tunekit.launch.plan import Replay
     from tunekit.runtime.hotpath import _signature
 
     plan = op.plans.get(_signature(args, kwargs))

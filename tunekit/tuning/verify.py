@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from tunekit.core import backend
-from tunekit.core.launch_plan import Replay, build_plan
-from tunekit.core.launch_watch import Watch
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, KernelSpec, Tolerance
 from tunekit.core.triton_adapter import KERNEL_FAILURES
+from tunekit.launch.plan import Replay, build_plan
+from tunekit.launch.watch import Watch
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import Timer
 

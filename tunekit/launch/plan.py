@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from tunekit.core import backend
-from tunekit.core.launch_watch import Launch, Watch
 from tunekit.core.triton_adapter import HostDescriptor, compiled_launch, is_tensor_descriptor, launch_hooks_set
+from tunekit.launch.watch import Launch, Watch
 
 # A source reference: ("src", index) is the source tensor itself; ("ptr", index, offset) its pointer plus offset
 # bytes; ("desc", index, shape, strides, block_shape, padding) a TMA descriptor over it.
