@@ -9,6 +9,6 @@
 - reduction.py, pointwise.py: sum/mean/max, and the fused elementwise chain;
 - rope.py, rope_backward.py: rotary position embedding of q and k and its adjoint (one set of jit kernels, BACKWARD);
 - gemm/: the fused-epilogue GEMM (jit kernels by variant family, host launch, problems, model, declaration);
-- rows_model.py, reduction_model.py, pointwise_model.py, rope_model.py (and gemm/model.py): each family's tile
-  geometry for the quantization model (tunekit/geometry.py), declared as `KernelSpec.model`.
+- rows_perf_model.py, reduction_perf_model.py, pointwise_perf_model.py, rope_perf_model.py (and gemm/perf_model.py):
+  each family's tile geometry for the quantization model (tunekit/geometry.py), declared as `KernelSpec.model`.
 """

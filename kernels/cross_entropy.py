@@ -37,7 +37,7 @@ from tunekit.kernels.common import (
     vector_elements,
     warps_for,
 )
-from tunekit.kernels.rows_model import forward_model
+from tunekit.kernels.rows_perf_model import forward_model
 from tunekit.kernels.softmax import single_rows_config
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.cross_entropy import SPACE

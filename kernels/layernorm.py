@@ -39,7 +39,7 @@ from tunekit.kernels.common import (
     warps_for,
 )
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.kernels.rows_model import forward_model, norm_params
+from tunekit.kernels.rows_perf_model import forward_model, norm_params
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.layernorm import SPACE
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n

@@ -60,7 +60,7 @@ from tunekit.kernels.common import (
 from tunekit.kernels.layernorm import ROWS_USAGE, norm_spec
 from tunekit.kernels.persistent import PersistentTiling, autograd_baseline
 from tunekit.kernels.rmsnorm import GPU_SHAPES
-from tunekit.kernels.rows_model import backward_model, norm_params
+from tunekit.kernels.rows_perf_model import backward_model, norm_params
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.layernorm_backward import MAX_BLOCK_N, SPACE, persistent_programs
 from tunekit.search_spaces.rows import MAX_CHUNKS, single_block_n

@@ -48,7 +48,7 @@ from tunekit.kernels.common import (
     torch_activation,
     warps_for,
 )
-from tunekit.kernels.pointwise_model import ACTIVATION_OPS, MODEL
+from tunekit.kernels.pointwise_perf_model import ACTIVATION_OPS, MODEL
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.pointwise import MIN_BLOCK, SPACE, problem_rows
 

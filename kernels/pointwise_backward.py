@@ -72,8 +72,8 @@ from tunekit.kernels.layernorm_backward import (
 from tunekit.kernels.persistent import autograd_baseline
 from tunekit.kernels.pointwise import GELU_TANH_K, GELU_TANH_K3, SQRT_HALF, pointwise_problem
 from tunekit.kernels.pointwise import heuristic as pointwise_heuristic
-from tunekit.kernels.pointwise_model import ACTIVATION_OPS
-from tunekit.kernels.rows_model import BACKWARD_REGISTERS_PER_ELEMENT, WORKSPACE_SMS, row_size_classes
+from tunekit.kernels.pointwise_perf_model import ACTIVATION_OPS
+from tunekit.kernels.rows_perf_model import BACKWARD_REGISTERS_PER_ELEMENT, WORKSPACE_SMS, row_size_classes
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.layernorm_backward import MAX_BLOCK_N, MAX_PROGRAMS_PER_SM, launch_sms
 from tunekit.search_spaces.pointwise_backward import SPACE, row_programs

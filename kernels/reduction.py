@@ -32,7 +32,7 @@ from tunekit.core.errors import InvalidConfigError
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, prev_pow2, warps_for
-from tunekit.kernels.reduction_model import MODEL
+from tunekit.kernels.reduction_perf_model import MODEL
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.reduction import MAX_BLOCK_N, MAX_INNER_CHUNKS, MAX_SPLIT, MIN_OUTER_BLOCK_N, SPACE
 

@@ -33,7 +33,7 @@ from tunekit.kernels.common import (
 from tunekit.kernels.layernorm import ROWS_USAGE, SHARED_DECLARATION, norm_spec
 from tunekit.kernels.layernorm import heuristic as heuristic  # the spec's: the same space, the same traffic
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.kernels.rows_model import forward_model, norm_params
+from tunekit.kernels.rows_perf_model import forward_model, norm_params
 from tunekit.search_spaces.rows import single_block_n
 
 DEFAULT_EPS = 1e-6

@@ -35,7 +35,7 @@ import triton.language as tl
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import INT32_LIMIT, cdiv, check_shape, element_bytes, next_pow2, normal_sampler, warps_for
-from tunekit.kernels.rope_model import MODEL
+from tunekit.kernels.rope_perf_model import MODEL
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.rope import SPACE, half_block, max_heads
 

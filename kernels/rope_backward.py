@@ -32,7 +32,7 @@ from tunekit.kernels.rope import (
     parse_shape,
     rotate_half,
 )
-from tunekit.kernels.rope_model import MODEL
+from tunekit.kernels.rope_perf_model import MODEL
 from tunekit.search_spaces.rope import SPACE
 
 # Shared with the forward, and part of this module's spec (KernelSpec.of_module reads them by name).

@@ -36,7 +36,7 @@ from tunekit.kernels.common import (
     warps_for,
 )
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
-from tunekit.kernels.rows_model import forward_model
+from tunekit.kernels.rows_perf_model import forward_model
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
 from tunekit.search_spaces.softmax import SPACE

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from tunekit import nn as nn
     from tunekit import ops as ops
     from tunekit.evaluation.tune_model import tune_model as tune_model
-    from tunekit.runtime.patching import patch as patch
-    from tunekit.runtime.patching import unpatch as unpatch
+    from tunekit.integrations.patching import patch as patch
+    from tunekit.integrations.patching import unpatch as unpatch
     from tunekit.runtime.recorder import record_problems as record_problems
     from tunekit.user_kernels import autotune as autotune
 
@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ops": ("tunekit.ops", None),
     "nn": ("tunekit.nn", None),
-    "patch": ("tunekit.runtime.patching", "patch"),
-    "unpatch": ("tunekit.runtime.patching", "unpatch"),
+    "patch": ("tunekit.integrations.patching", "patch"),
+    "unpatch": ("tunekit.integrations.patching", "unpatch"),
     "record_problems": ("tunekit.runtime.recorder", "record_problems"),
     "tune_model": ("tunekit.evaluation.tune_model", "tune_model"),
     "autotune": ("tunekit.user_kernels", "autotune"),

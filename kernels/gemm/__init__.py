@@ -26,7 +26,7 @@ import tunekit.core.backend  # noqa: F401
 
 from tunekit.core.spec import KernelSpec, Tolerance
 from tunekit.kernels.gemm.host import launch, layout_of, tensors_aligned16
-from tunekit.kernels.gemm.model import MODEL
+from tunekit.kernels.gemm.perf_model import MODEL
 from tunekit.kernels.gemm.problem import (
     alloc_outputs,
     bytes_moved,

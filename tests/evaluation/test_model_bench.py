@@ -155,7 +155,7 @@ def test_the_workflow_records_tunes_and_serves_from_the_tuned_cache(tmp_path):
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from tunekit.runtime.patching import patch
+    from tunekit.integrations.patching import patch
 
     config = transformers.LlamaConfig(
         hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,

@@ -16,7 +16,7 @@ from model_transfer import held_out
 from torch._inductor.utils import run_and_get_code
 
 from tunekit.evaluation.step_profile import NAMED, kind_table, profile_kinds
-from tunekit.runtime.patching import patch
+from tunekit.integrations.patching import patch
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ from model_transfer import held_out  # tests/gpu/, beside this script
 from tunekit.core.device import fingerprint
 from tunekit.evaluation.compile_verify import verify_under_compile
 from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.integrations.patching import patch
 from tunekit.runtime import compile_policy, dispatch
 from tunekit.runtime.dispatch import serves_kernel
-from tunekit.runtime.patching import patch
 from tunekit.store.store import Store
 from tunekit.tuning.bench import default_timer as kernel_timer
 from tunekit.tuning.inductor_candidate import mark_under_compile

@@ -26,7 +26,7 @@ from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant, 
 from tunekit.evaluation.model_results import Workload
 from tunekit.evaluation.step_profile import kind_table, profile_kinds
 from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
-from tunekit.runtime.patching import patch
+from tunekit.integrations.patching import patch
 
 SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
 WIDTHS = {"qwen2": (3584, 152064), "mistral": (4096, 32000), "llama": (4096, 32000), "gemma": (2048, 256000)}

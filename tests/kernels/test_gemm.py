@@ -30,7 +30,7 @@ from tunekit.kernels.gemm import problem as GP
 from tunekit.ops.gemm import linear, matmul
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.gemm import SPACE, VARIANTS, has_tma, is_aligned16, smem_bytes
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.verify import verify_config
 
 SPEC = G.SPEC
@@ -440,8 +440,8 @@ def test_model_adds_the_staging_copies_to_tma() -> None:
     """staged quantizes as tma on the same tiles, plus one copy kernel per unaligned operand and its bytes."""
     tma = config("tma", 128, 256, 64, group_m=8, num_warps=8, num_stages=3)
     problem = G.make_problem(2053, 2053, 2053, "bfloat16", activation="gelu", has_bias=True)
-    plain = model.quantize("gemm", tma, problem, H200_LIMITS)
-    staged = model.quantize("gemm", dict(tma, variant="staged"), problem, H200_LIMITS)
+    plain = perf_model.quantize("gemm", tma, problem, H200_LIMITS)
+    staged = perf_model.quantize("gemm", dict(tma, variant="staged"), problem, H200_LIMITS)
     assert plain is not None and staged is not None
     assert staged.geometry.dims == plain.geometry.dims and staged.grid == plain.grid == 132
     assert (plain.geometry.extra_kernels, plain.geometry.extra_dram_bytes) == (0, 0.0)
@@ -449,7 +449,7 @@ def test_model_adds_the_staging_copies_to_tma() -> None:
     assert staged.geometry.extra_dram_bytes == 2 * 2 * 2053 * (2053 + 2056)
     assert staged.predicted_clk > plain.predicted_clk
     b_only = dict(problem, k=2048, b_layout="row")  # A's rows (K) aligned: only B (N = 2053) is copied
-    assert model.quantize("gemm", dict(tma, variant="staged"), b_only, H200_LIMITS).geometry.extra_kernels == 1
+    assert perf_model.quantize("gemm", dict(tma, variant="staged"), b_only, H200_LIMITS).geometry.extra_kernels == 1
 
 
 def test_smem_rule_prunes_on_hopper_not_in_interpreter() -> None:

@@ -22,7 +22,7 @@ from tunekit.kernels import pointwise_backward as pwb
 from tunekit.search_spaces.layernorm_backward import INTERPRETER_SMS
 from tunekit.search_spaces.pointwise import ACTIVATIONS
 from tunekit.search_spaces.pointwise_backward import SPACE, row_programs
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 
 pytestmark = INTERPRETER_NOISE
 DEVICES = (HERE, H200)
@@ -195,7 +195,7 @@ def test_gpu_problems_have_a_searchable_space_and_a_model() -> None:
     for problem in pwb.default_problems(H200):
         valid = SPACE.valid_configs(problem, H200)
         assert 1 <= len(valid) <= 400, (problem, len(valid))
-        assert model.quantize("pointwise_backward", pwb.heuristic(problem, H200), problem, H200_LIMITS) is not None
+        assert perf_model.quantize("pointwise_backward", pwb.heuristic(problem, H200), problem, H200_LIMITS) is not None
 
 
 def test_without_a_bias_only_the_column_tile_and_warps_are_searched() -> None:

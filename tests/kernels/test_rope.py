@@ -14,8 +14,8 @@ from kernel_checks import DEV, INTERPRETER_NOISE, assert_heuristic_valid, launch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import tunekit.ops as ops
-from tunekit.core.launch_plan import Replay
 from tunekit.kernels import rope, rope_backward
+from tunekit.launch.plan import Replay
 from tunekit.ops import rotary
 from tunekit.runtime import dispatch
 from tunekit.runtime.dispatch import TORCH, Resolution

@@ -4,7 +4,7 @@ problem: the kernel where its entry beats Inductor's measured time for the probl
 
 The graphs are the graphs AOT autograd hands the backend (after the ops are decomposed), run with aot_eager
 semantics in the interpreter, where a probe launch stands for the compiled IR torch reads to find which arguments
-a kernel writes (tunekit/core/traced_launch.py)."""
+a kernel writes (tunekit/launch/traced.py)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tunekit.core.errors import TunekitError
+from tunekit.integrations.patching import patch
 from tunekit.runtime import compile_policy
-from tunekit.runtime.patching import patch
 
 transformers = pytest.importorskip("transformers")
 

@@ -15,7 +15,7 @@ from op_cases import CASES
 
 import tunekit.ops as ops
 from tunekit.core.errors import CacheMissError
-from tunekit.core.launch_plan import Replay, TorchCall
+from tunekit.launch.plan import Replay, TorchCall
 from tunekit.runtime import compile_policy, dispatch, hotpath
 from tunekit.runtime.dispatch import TORCH, Resolution
 from tunekit.store.store import Store

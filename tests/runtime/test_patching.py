@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tunekit import nn as tk_nn
-from tunekit.runtime.patching import patch, unpatch
+from tunekit.integrations.patching import patch, unpatch
 
 transformers = pytest.importorskip("transformers")  # in the dev extra: CI installs it, so this never skips there
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import tunekit.ops as ops
-from tunekit.runtime import patching_loss
-from tunekit.runtime.patching import patch, unpatch
+from tunekit.integrations import patching_loss
+from tunekit.integrations.patching import patch, unpatch
 
 transformers = pytest.importorskip("transformers")
 

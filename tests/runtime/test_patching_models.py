@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from tunekit.runtime.patching import patch, unpatch
+from tunekit.integrations.patching import patch, unpatch
 
 transformers = pytest.importorskip("transformers")
 

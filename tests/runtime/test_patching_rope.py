@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import tunekit.ops as ops
-from tunekit.runtime import patching_rope
-from tunekit.runtime.patching import patch, unpatch
+from tunekit.integrations import patching_rope
+from tunekit.integrations.patching import patch, unpatch
 
 transformers = pytest.importorskip("transformers")
 

@@ -27,7 +27,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.registry import get_spec, kernel_names
 from tunekit.runtime.dispatch import resolve
 from tunekit.store.database import read_document
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 
 GOLDEN = TESTS / "golden" / "resolutions.json"
 SHIPPED = sorted((ROOT / "cache").glob("*.json"))
@@ -38,7 +38,7 @@ def _digest(value: object) -> str:
 
 
 def _modelled(kernel: str, config: dict, problem: dict) -> list[object] | None:
-    q = model.quantize(kernel, config, problem, H200_LIMITS)
+    q = perf_model.quantize(kernel, config, problem, H200_LIMITS)
     return None if q is None else [q.tiles, q.waves, q.programs_per_sm, repr(q.predicted_clk), q.tile_shape]
 
 
@@ -47,7 +47,7 @@ def _entry_row(entry) -> dict[str, object]:
     spec = get_spec(kernel)
     device = DeviceFingerprint.from_json(entry.device)
     served = resolve(spec, problem, device, None)
-    signature = model.signature(kernel, problem, spec.space, H200_LIMITS)
+    signature = perf_model.signature(kernel, problem, spec.space, H200_LIMITS)
     return {
         "kernel": kernel,
         "problem": problem,
@@ -64,10 +64,10 @@ def _entry_row(entry) -> dict[str, object]:
 def _ranking(kernel: str, problem: dict) -> list[object]:
     """The model's seeds, pruning and full ranking of the valid configs of a problem on the H200."""
     valid = get_spec(kernel).space.valid_configs(problem, H200)
-    ranked = model.rank(kernel, valid, problem, H200_LIMITS) or []
-    pruning = model.prune(kernel, valid, problem, H200_LIMITS)
+    ranked = perf_model.rank(kernel, valid, problem, H200_LIMITS) or []
+    pruning = perf_model.prune(kernel, valid, problem, H200_LIMITS)
     return [
-        model.seed_configs(kernel, valid, problem, H200_LIMITS, 8),
+        perf_model.seed_configs(kernel, valid, problem, H200_LIMITS, 8),
         None if pruning is None else [len(pruning.kept), _digest(pruning.pruned)],
         _digest([(sorted(q.config.items()), repr(q.predicted_clk)) for q in ranked]),
     ]

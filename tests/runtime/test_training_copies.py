@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime import interpreter
 
-from tunekit.runtime.patching import patch
+from tunekit.integrations.patching import patch
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,7 +14,7 @@ from tunekit.evaluation import ranker_fit
 from tunekit.evaluation.timing_table import TimingRow, TimingTable, load_all
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.store.shipped_data import shipped_table_files
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import Ranker, features, shipped_ranker, unaligned, usable_ranker
 from tunekit.tuning.untuned import model_pick
 
@@ -43,12 +43,12 @@ def planted(problem: dict, error: dict[str, float]) -> TimingTable:
     """Every valid GEMM config timed as the model predicts it (in ms) times exp(sum of error[f] x feature f)."""
     valid = SPEC.space.valid_configs(problem, H200)
     rows = []
-    quantized = model.quantize_all("gemm", valid, problem, H200_LIMITS)
+    quantized = perf_model.quantize_all("gemm", valid, problem, H200_LIMITS)
     assert quantized is not None
     for q in quantized:
         if not math.isfinite(q.predicted_clk):
             continue
-        terms = model.ranker_features(q, problem)
+        terms = perf_model.ranker_features(q, problem)
         log_error = sum(weight * terms.get(name, 0.0) for name, weight in error.items())
         rows.append(TimingRow(dict(q.config), "ok", time_ms=q.predicted_clk * 1e-6 * math.exp(log_error)))
     return TimingTable(
@@ -86,8 +86,8 @@ def test_a_fitted_ranker_ranks_a_held_out_planted_table_by_its_true_times(plante
     monkeypatch.setattr(ranker_fit, "LOOP_STEP_GRID", (None,))
     ranker = ranker_fit.fit_ranker("gemm", planted_tables[1:])
     held = planted_tables[0]
-    ranked = model.rank("gemm", [r.config for r in held.rows], held.problem, H200_LIMITS, ranker=ranker)
-    raw = model.rank("gemm", [r.config for r in held.rows], held.problem, H200_LIMITS)
+    ranked = perf_model.rank("gemm", [r.config for r in held.rows], held.problem, H200_LIMITS, ranker=ranker)
+    raw = perf_model.rank("gemm", [r.config for r in held.rows], held.problem, H200_LIMITS)
     assert ranked is not None and raw is not None
     best = held.best().time_ms or 0.0
     assert (held.row(ranked[0].config).time_ms or 0.0) <= 1.02 * best
@@ -113,7 +113,7 @@ def test_the_untuned_pick_is_the_rankers_top_config_on_a_gpu_and_none_in_the_int
     problem = make_problem(1000, 3000, 2000, "bfloat16", has_bias=True)
     pick = model_pick(SPEC, problem, H200, H200_LIMITS)
     ranker = shipped_ranker("gemm")
-    ranked = model.rank("gemm", SPEC.space.valid_configs(problem, H200), problem, H200_LIMITS, ranker=ranker)
+    ranked = perf_model.rank("gemm", SPEC.space.valid_configs(problem, H200), problem, H200_LIMITS, ranker=ranker)
     assert pick is not None and ranked is not None and pick == ranked[0].config
     assert SPEC.space.is_valid(pick, problem, H200)
     assert model_pick(SPEC, problem, INTERPRETER, H200_LIMITS) is None

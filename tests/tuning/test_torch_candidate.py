@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from fingerprints import H200, H200_LIMITS, INTERPRETER
-from test_tuner_model import RAW, SPEC, PlantedBench
+from test_tuner_perf_model import RAW, SPEC, PlantedBench
 
 from tunekit.core.space import config_id
 from tunekit.kernels.gemm.problem import make_problem

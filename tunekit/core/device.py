@@ -11,6 +11,7 @@ import triton
 
 from tunekit.core import backend
 from tunekit.core.canonical import digest
+from tunekit.core.triton_adapter import max_shared_memory_optin
 
 INTERPRETER_VENDOR = "triton-interpreter"
 
@@ -81,7 +82,7 @@ def _cuda_fingerprint(index: int) -> DeviceFingerprint:
     props = torch.cuda.get_device_properties(index)
     smem_optin = int(getattr(props, "shared_memory_per_block_optin", 0))
     if smem_optin == 0:
-        smem_optin = int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+        smem_optin = max_shared_memory_optin(index)
     return DeviceFingerprint(
         vendor="nvidia" if torch.version.hip is None else "amd",
         name=props.name,

@@ -54,9 +54,9 @@ def _driver_attribute(index: int, attribute: int) -> int | None:
 def _smem_per_block_optin(props: Any, index: int) -> int:
     optin = int(getattr(props, "shared_memory_per_block_optin", 0))
     if optin == 0:  # older torch: ask Triton's driver, which reads the same attribute
-        import triton
+        from tunekit.core.triton_adapter import max_shared_memory_optin
 
-        optin = int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+        optin = max_shared_memory_optin(index)
     return optin
 
 

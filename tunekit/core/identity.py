@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from triton.language import constexpr
-from triton.runtime.jit import KernelInterface
+
+from tunekit.core.triton_adapter import jit_function
 
 SourceOf = Callable[[Callable[..., Any]], str]
 
@@ -76,7 +77,7 @@ def _function_tree(fn: Callable[..., Any], source_of: SourceOf) -> ast.FunctionD
 def _plain_function(obj: Any) -> Callable[..., Any] | None:
     """The Python function behind a jit function (GPU or interpreter), else None. Triton's own library
     functions (tl.sum, tl.cdiv, ...) are left out: the Triton version in the device key covers them."""
-    fn = getattr(obj, "fn", None) if isinstance(obj, KernelInterface) else None
+    fn = jit_function(obj)
     if not isinstance(fn, types.FunctionType) or fn.__module__.startswith("triton."):
         return None
     return fn

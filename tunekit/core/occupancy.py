@@ -1,7 +1,7 @@
 """Occupancy on NVIDIA SMs (sm_70 onwards): how many blocks of a config an SM holds, and what bounds them.
 
 As the CUDA occupancy calculator (cuda_occupancy.h) models it: registers, shared memory, threads and the SM's
-block slots, each with its allocation granularity. The quantization model (tunekit.tuning.model) builds on it.
+block slots, each with its allocation granularity. The quantization model (tunekit.tuning.perf_model) builds on it.
 """
 
 from __future__ import annotations

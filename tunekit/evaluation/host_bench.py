@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from tunekit.core.errors import TunekitError
+from tunekit.core.triton_adapter import compiled_launch
 
 
 @dataclass
@@ -85,7 +86,7 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
 
 def _bare_launch(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> float | None:
     """The call's replay plan's launches with every argument already resolved: the floor of any eager call."""
-    from tunekit.core.launch_plan import Replay
+    from tunekit.launch.plan import Replay
     from tunekit.runtime.hotpath import _signature
 
     plan = op.plans.get(_signature(args, kwargs))
@@ -104,9 +105,9 @@ def _empty_launch_us(calls: int) -> tuple[float, float]:
     x = torch.empty(16, device="cuda")
     compiled = _empty[(1,)](x, BLOCK=16)
     stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    launch, values = compiled_launch(compiled, (1, 1, 1), direct=False), [x, 16]
     jit = per_call_us(lambda: _empty[(1,)](x, BLOCK=16), calls)
-    bare = per_call_us(lambda: run(1, 1, 1, stream, function, packed, None, None, None, x, 16), calls)
+    bare = per_call_us(lambda: launch(values, stream), calls)
     return jit, bare
 
 

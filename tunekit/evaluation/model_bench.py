@@ -19,7 +19,7 @@ import torch
 from tunekit.core.errors import TunekitError
 from tunekit.evaluation.model_families import FAMILIES
 from tunekit.evaluation.model_results import DTYPE_NAME, RUNS, VARIANTS, Result, Workload, skipped, table, write_json
-from tunekit.runtime.patching import patch
+from tunekit.integrations.patching import patch
 
 DTYPE: torch.dtype = getattr(torch, DTYPE_NAME)
 # The probes (tests/gpu/) import the workload, the measuring and the table from here.

@@ -21,7 +21,7 @@ import numpy as np
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.simulate import check_table, heuristic_ms, table_name
 from tunekit.evaluation.timing_table import TimingTable
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import WEIGHTS_FILE, Ranker
 
 LOOP_STEP_GRID = (0.0, 200.0, 400.0, 800.0, 1600.0, 3200.0)  # SM clocks per main-loop step
@@ -58,11 +58,11 @@ def _sample(table: TimingTable, loop_step_clk: float | None) -> _Sample | None:
 
 def _compute_sample(table: TimingTable, loop_step_clk: float | None) -> _Sample | None:
     rows = table.ok_rows()
-    arch = model.arch_for(table.fingerprint.compute_capability)
+    arch = perf_model.arch_for(table.fingerprint.compute_capability)
     if loop_step_clk is not None:
         arch = replace(arch, loop_step_clk=loop_step_clk)
     configs = [r.config for r in rows]
-    quantized = model.quantize_all(table.kernel, configs, table.problem, table.device_limits, arch=arch)
+    quantized = perf_model.quantize_all(table.kernel, configs, table.problem, table.device_limits, arch=arch)
     if quantized is None:
         return None
     keep = [i for i, q in enumerate(quantized) if math.isfinite(q.predicted_clk) and q.predicted_clk > 0]
@@ -72,8 +72,8 @@ def _compute_sample(table: TimingTable, loop_step_clk: float | None) -> _Sample 
     log_modelled = np.log([quantized[i].predicted_clk for i in keep])
     weight = (times.min() / times) ** WEIGHT_POWER
     return _Sample(
-        names=tuple(sorted({n for i in keep for n in model.ranker_features(quantized[i], table.problem)})),
-        features=[model.ranker_features(quantized[i], table.problem) for i in keep],
+        names=tuple(sorted({n for i in keep for n in perf_model.ranker_features(quantized[i], table.problem)})),
+        features=[perf_model.ranker_features(quantized[i], table.problem) for i in keep],
         residual=np.log(times) - log_modelled,
         weight=weight / weight.sum(),
         times=times,

@@ -13,7 +13,7 @@ import datetime
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -25,6 +25,7 @@ from tunekit.core.device_limits import device_limits
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
+from tunekit.core.triton_adapter import capture_launched_kernels, compiled_resources, set_cache_dir
 from tunekit.evaluation.timing_table import TimingRow, TimingTable
 from tunekit.tuning.bench import Timer
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, measure
@@ -67,31 +68,12 @@ def compile_all(
     return results
 
 
-@contextlib.contextmanager
-def capture_launched_kernels() -> Iterator[list[Any]]:
-    """Every Triton CompiledKernel launched inside the block (their registers, spills and shared memory)."""
-    from triton.compiler.compiler import CompiledKernel
-
-    launched: list[Any] = []
-    original = CompiledKernel.launch_metadata
-
-    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        launched.append(self)
-        return original(self, *args, **kwargs)
-
-    CompiledKernel.launch_metadata = spy
-    try:
-        yield launched
-    finally:
-        CompiledKernel.launch_metadata = original
-
-
 def _main_kernel_resources(kernels: list[Any]) -> dict[str, int | None]:
     """The config's heaviest kernel (most shared memory, then registers): what bounds its occupancy."""
     if not kernels:
         return {"n_regs": None, "n_spills": None, "shared_bytes": None}
-    main = max(kernels, key=lambda k: (int(k.metadata.shared), int(k.n_regs)))
-    return {"n_regs": int(main.n_regs), "n_spills": int(main.n_spills), "shared_bytes": int(main.metadata.shared)}
+    regs, spills, shared = max((compiled_resources(k) for k in kernels), key=lambda r: (r[2], r[0]))
+    return {"n_regs": regs, "n_spills": spills, "shared_bytes": shared}
 
 
 def record_table(
@@ -151,7 +133,7 @@ def record_table(
 def cold_triton_cache(path: str) -> None:
     """Point Triton (and the pool's processes) at an empty cache, so recorded compile times are cold."""
     os.makedirs(path, exist_ok=True)
-    os.environ["TRITON_CACHE_DIR"] = path
+    set_cache_dir(path)
 
 
 def merge_tables(old: list[TimingTable], new: list[TimingTable]) -> list[TimingTable]:

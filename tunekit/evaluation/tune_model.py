@@ -31,8 +31,8 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
+from tunekit.integrations.patching import patch
 from tunekit.runtime.dispatch import reset_all, served_configs, serving
-from tunekit.runtime.patching import patch
 from tunekit.runtime.recorder import record_problems
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import demoted

@@ -11,10 +11,10 @@ from typing import Any, TypedDict, cast
 import torch
 from torch.library import CustomOpDef
 
-from tunekit.core import launch_watch
 from tunekit.core.space import Config
 from tunekit.core.spec import Inputs, KernelSpec, Outputs
-from tunekit.core.traced_launch import is_traced, traced_pointers
+from tunekit.launch import watch as launch_watch
+from tunekit.launch.traced import is_traced, traced_pointers
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, torch_serves_all
 from tunekit.runtime.eager_autograd import SetupContext, eager_function
@@ -39,7 +39,7 @@ def served_by(*kernels: Dispatcher) -> ServedBy:
 
 def kernel_op(name: str) -> Callable[[Callable[..., Any]], CustomOpDef]:
     """Register a body as the op `tunekit::name`: a torch.library.triton_op, so that torch.compile decomposes a
-    call into the body's launches (Triton-kernel nodes of the graph, core/traced_launch.py) or torch code, as the
+    call into the body's launches (Triton-kernel nodes of the graph, launch/traced.py) or torch code, as the
     body decides per problem when traced (served_config); eagerly, the body runs as it is."""
 
     def register(body: Callable[..., Any]) -> CustomOpDef:
@@ -91,7 +91,7 @@ def launch_on_their_device(spec: KernelSpec, config: Config, inputs: Inputs, out
     Inputs with torch's negative or conjugate bit (a view derived inside the op keeps them) are resolved first: the
     kernel reads raw memory."""
     inputs = tuple(map(readable, inputs))
-    if _traced(inputs):  # each launch becomes a node of the graph being traced (core/traced_launch.py)
+    if _traced(inputs):  # each launch becomes a node of the graph being traced (launch/traced.py)
         launch_watch.instrument_kernels()
         with traced_pointers():
             spec.launch(config, inputs, outputs)

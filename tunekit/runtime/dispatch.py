@@ -21,13 +21,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from tunekit.core import launch_watch, settings
+from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint, fingerprint
 from tunekit.core.errors import CacheError, CacheMissError
 from tunekit.core.identity import explain_change
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
+from tunekit.launch import watch as launch_watch
 from tunekit.runtime import compile_policy, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope

@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 import torch
 
 from tunekit.core.errors import InvalidInputError
-from tunekit.core.launch_plan import TorchCall, build_plan
-from tunekit.core.launch_watch import Watch, watching
+from tunekit.launch.plan import TorchCall, build_plan
+from tunekit.launch.watch import Watch, watching
 from tunekit.runtime import compile_policy, recorder
 from tunekit.runtime.eager_autograd import runs_tunekit_backward
 

@@ -13,7 +13,7 @@ from tunekit.core.space import Config, Problem, Value
 from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import Entry
 from tunekit.store.nearest import nearest_entry
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.candidates import Candidates
 from tunekit.tuning.ranker import Ranker, shipped_ranker, usable_ranker
 
@@ -50,19 +50,21 @@ class ModelGuide:
             return None
         if limits is None and not device.is_interpreter:
             limits = device_limits()
-        if limits is None or model.kernel_model(spec.name) is None:
+        if limits is None or perf_model.kernel_model(spec.name) is None:
             return None  # the interpreter has no SMs to model; the strategy is plain TPE there
-        arch = model.arch_for(device.compute_capability)
+        arch = perf_model.arch_for(device.compute_capability)
         scope = (spec.name, spec.source_hash, device.key)
         others = [e for e in tuned if e.key.scope == scope and dict(e.key.problem) != dict(problem)]
         shared = _same_quantization(spec, problem, device, limits, others)
         if shared is not None:
             return cls([], 0, [], [], shared)
         ranker = usable_ranker(ranker if ranker is not None else shipped_ranker(spec.name))
-        pruning = model.prune(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
-        ranked = model.rank(spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch, ranker=ranker)
+        pruning = perf_model.prune(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
+        ranked = perf_model.rank(
+            spec.name, pruning.kept if pruning else valid, problem, limits, arch=arch, ranker=ranker
+        )
         kept = [q.config for q in ranked] if ranked is not None else valid
-        seeds = model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch, ranker=ranker) or []
+        seeds = perf_model.seed_configs(spec.name, kept, problem, limits, MODEL_SEEDS, arch=arch, ranker=ranker) or []
         near = nearest_entry(spec, problem, device, others)
         pruned = len(pruning.pruned) if pruning else 0
         first = kept[0] if kept and ranker is not None else None
@@ -87,15 +89,15 @@ def _same_quantization(
     spec: KernelSpec, problem: Problem, device: DeviceFingerprint, limits: DeviceLimits, others: list[Entry]
 ) -> Entry | None:
     """A tuned entry whose problem has this problem's quantization signature (and a config valid here)."""
-    sizes = model.signature(spec.name, problem, spec.space, limits)
+    sizes = perf_model.signature(spec.name, problem, spec.space, limits)
     mine: tuple[object, ...] | None = None  # with the allowed-config set: enumerates the space, so only on demand
     for entry in others:
         theirs = dict(entry.key.problem)
-        if model.signature(spec.name, theirs, spec.space, limits) != sizes:
+        if perf_model.signature(spec.name, theirs, spec.space, limits) != sizes:
             continue
         if mine is None:
-            mine = model.signature(spec.name, problem, spec.space, limits, device=device)
-        if model.signature(spec.name, theirs, spec.space, limits, device=device) == mine and spec.space.is_valid(
+            mine = perf_model.signature(spec.name, problem, spec.space, limits, device=device)
+        if perf_model.signature(spec.name, theirs, spec.space, limits, device=device) == mine and spec.space.is_valid(
             entry.config, problem, device
         ):
             return entry

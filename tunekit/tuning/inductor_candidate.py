@@ -17,12 +17,13 @@ from dataclasses import replace
 
 import torch
 
-from tunekit.core import backend, launch_watch
+from tunekit.core import backend
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import Inputs, KernelSpec
-from tunekit.core.traced_launch import traced_pointers
+from tunekit.launch import watch as launch_watch
+from tunekit.launch.traced import traced_pointers
 from tunekit.store.entry import UNDER_COMPILE, Entry
 from tunekit.store.store import Store
 from tunekit.tuning.bench import Timer

@@ -1,6 +1,6 @@
 """A small learned correction to the quantization model's ranking, fitted on recorded timing tables.
 
-The model (tunekit.tuning.model) predicts each config's time from its tiles, waves, occupancy and rooflines. What
+The model (tunekit.tuning.perf_model) predicts each config's time from its tiles, waves, occupancy and rooflines. What
 it does not model (2-byte loads of unaligned rows, the staged copies, the split-K reduction, how skinny tiles and
 deep pipelines behave, code generation) shows up as a config-dependent error. The ranker predicts that error:
 
@@ -89,7 +89,7 @@ def features(
     roofline_share: float,
     tiles: Mapping[str, int],
 ) -> dict[str, float]:
-    """A config's features on a problem (the quantities after `*` are the model's, tunekit.tuning.model)."""
+    """A config's features on a problem (the quantities after `*` are the model's, tunekit.tuning.perf_model)."""
     values: dict[str, float] = {
         "log_wave_efficiency": math.log(max(wave_efficiency, 1e-3)),
         "padded_waste": padded_waste,

@@ -12,7 +12,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.device_limits import DeviceLimits, device_limits
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import shipped_ranker, usable_ranker
 
 
@@ -28,7 +28,7 @@ def model_pick(
     if limits is None:
         return None
     valid = spec.space.valid_configs(problem, device)
-    arch = model.arch_for(device.compute_capability)
-    ranked = model.rank(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
+    arch = perf_model.arch_for(device.compute_capability)
+    ranked = perf_model.rank(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
     launchable = [q for q in ranked or () if q.launchable]
     return dict(launchable[0].config) if launchable else None

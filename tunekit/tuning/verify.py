@@ -10,23 +10,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from tunekit.core import backend
-from tunekit.core.launch_plan import Replay, build_plan
-from tunekit.core.launch_watch import Watch
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, KernelSpec, Tolerance
+from tunekit.core.triton_adapter import KERNEL_FAILURES
+from tunekit.launch.plan import Replay, build_plan
+from tunekit.launch.watch import Watch
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import Timer
 
 # Only these score a config as failed; anything else is a bug and propagates.
 KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
-    CompilationError,
-    OutOfResources,
-    PTXASError,
-    InterpreterError,
+    *KERNEL_FAILURES,  # Triton's: compilation, out of resources, ptxas, the interpreter
     RuntimeError,  # CUDA launch errors and torch errors raised inside a launch
 )
 _MAX_ERROR_CHARS = 300

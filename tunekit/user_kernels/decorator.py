@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from triton import Config as TritonConfig
-from triton.runtime.jit import KernelInterface
 
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import SearchSpace, Value
 from tunekit.core.spec import Tolerance
+from tunekit.core.triton_adapter import KernelInterface, arg_names, python_function
 from tunekit.store.entry import Entry
 from tunekit.user_kernels.configs import Candidates
 from tunekit.user_kernels.key import KeyMaker
 from tunekit.user_kernels.launch import Call, Hooks, PostHook, PreHook
 from tunekit.user_kernels.search import DoBench, Searcher, make_timer
-from tunekit.user_kernels.stored import StoredKernel, describe, python_function
+from tunekit.user_kernels.stored import StoredKernel, describe
 from tunekit.user_kernels.verify import DEFAULT_TOLERANCES, Reference
 
 # A launch of a stored key, for tuning from a plan: problem -> (grid, args, kwargs).
@@ -68,7 +68,7 @@ class Autotuned(KernelInterface[Any]):
         self.fn = fn
         self.inputs = inputs
         self.name = name
-        self.arg_names: list[str] = list(fn.arg_names)
+        self.arg_names: list[str] = arg_names(fn) or []
         self.candidates = candidates
         self.key_maker = KeyMaker.make(name, self.arg_names, key)
         self.keys = list(key)  # as triton.autotune's Autotuner: the key names, and its candidate configs
@@ -211,7 +211,7 @@ def autotune(
     hooks = Hooks(tuple(reset_to_zero or ()), tuple(restore_value or ()), pre_hook, post_hook)
 
     def decorator(fn: Any) -> Autotuned:
-        if not isinstance(fn, KernelInterface) or not hasattr(fn, "arg_names"):
+        if arg_names(fn) is None:
             raise TunekitError(f"tunekit.autotune decorates a @triton.jit function, but got {type(fn).__name__}")
         kernel = name or _default_name(fn)
         searcher = Searcher(

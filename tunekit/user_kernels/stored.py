@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,6 +21,7 @@ from tunekit.core.device import DeviceFingerprint, fingerprint
 from tunekit.core.errors import CacheError, DatabaseError
 from tunekit.core.identity import explain_change, make_identity, walk_jit
 from tunekit.core.space import Value
+from tunekit.core.triton_adapter import innermost_jit
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
@@ -33,20 +33,10 @@ logger = logging.getLogger("tunekit")
 VERSION = 1
 
 
-def python_function(fn: Any) -> Any:
-    """The Python function under a jit function, through wrappers that hold it as `.fn` (triton.heuristics)."""
-    while not isinstance(fn, types.FunctionType) and hasattr(fn, "fn"):
-        fn = fn.fn
-    return fn
-
-
 def kernel_identity(jit_fn: Any, candidates: Candidates) -> str:
     """tunekit's identity of a kernel: its jit code and callees (comments and formatting aside) and its candidates.
     Under wrappers (triton.heuristics), the jit function they wrap; the wrappers' host functions are not part of it."""
-    inner = jit_fn
-    while hasattr(inner, "fn") and not isinstance(inner.fn, types.FunctionType):
-        inner = inner.fn
-    return make_identity(VERSION, walk_jit([inner]).digest(), candidates.digest())
+    return make_identity(VERSION, walk_jit([innermost_jit(jit_fn)]).digest(), candidates.digest())
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The tile/wave quantization model (tuning.model, each kernel's declared geometry): hand-computed H200 cases."""
+"""The tile/wave quantization model (tuning.perf_model, each kernel's declared geometry): hand-computed H200 cases."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.occupancy import Resources, occupancy
 from tunekit.core.registry import get_spec
 from tunekit.search_spaces.gemm import is_aligned16
-from tunekit.tuning import model
-from tunekit.tuning.model import geometry
+from tunekit.tuning import perf_model
+from tunekit.tuning.perf_model import geometry
 
 
 def gemm_problem(m: int, n: int = 4096, k: int = 4096, dtype: str = "bfloat16") -> dict:
@@ -91,7 +91,7 @@ def test_blocks_that_cannot_launch():
 
 
 def test_gemm_4097_with_128x256_tiles_runs_four_full_waves():
-    q = model.quantize("gemm", BIG_TILE, gemm_problem(4097), H200_LIMITS)
+    q = perf_model.quantize("gemm", BIG_TILE, gemm_problem(4097), H200_LIMITS)
     assert q is not None
     assert [d.tiles for d in q.geometry.dims] == [33, 16]
     assert q.tiles == 528 and q.occupancy.blocks_per_sm == 1 and q.slots == 132
@@ -101,7 +101,7 @@ def test_gemm_4097_with_128x256_tiles_runs_four_full_waves():
 
 
 def test_gemm_4096_with_128x256_tiles_leaves_the_last_wave_short():
-    q = model.quantize("gemm", BIG_TILE, gemm_problem(4096), H200_LIMITS)
+    q = perf_model.quantize("gemm", BIG_TILE, gemm_problem(4096), H200_LIMITS)
     assert q is not None
     assert q.tiles == 512 and q.waves == 4
     assert q.wave_efficiency == pytest.approx(512 / 528)
@@ -109,14 +109,14 @@ def test_gemm_4096_with_128x256_tiles_leaves_the_last_wave_short():
 
 
 def test_persistent_grid_is_capped_but_tiles_quantize_the_same():
-    q = model.quantize("gemm", dict(BIG_TILE, variant="persistent"), gemm_problem(4097), H200_LIMITS)
+    q = perf_model.quantize("gemm", dict(BIG_TILE, variant="persistent"), gemm_problem(4097), H200_LIMITS)
     assert q is not None
     assert q.grid == 132 and q.tiles == 528 and q.waves == 4 and q.wave_efficiency == 1.0
 
 
 def test_splitk_multiplies_tiles():
     config = gemm("splitk", 16, 64, 128, split=4, stages=5)
-    q = model.quantize("gemm", config, gemm_problem(16), H200_LIMITS)
+    q = perf_model.quantize("gemm", config, gemm_problem(16), H200_LIMITS)
     assert q is not None
     assert q.tiles == 1 * 64 * 4
     k_dim = q.geometry.dims[-1]
@@ -127,12 +127,12 @@ def test_splitk_multiplies_tiles():
 def test_layernorm_row_tiles():
     problem = layernorm_problem(4096, 4097)
     single = {"variant": "single", "BLOCK_N": 8192, "ROWS": 4, "num_warps": 16, "num_stages": 1}
-    q = model.quantize("layernorm", single, problem, H200_LIMITS)
+    q = perf_model.quantize("layernorm", single, problem, H200_LIMITS)
     assert q is not None
     assert q.tiles == 1024 and q.geometry.dims[1].extent == 8192
     assert q.padded_waste == pytest.approx(1 - 4097 / 8192)
     looped = {"variant": "looped", "BLOCK_N": 1024, "ROWS": 1, "num_warps": 4, "num_stages": 2}
-    q = model.quantize("layernorm", looped, problem, H200_LIMITS)
+    q = perf_model.quantize("layernorm", looped, problem, H200_LIMITS)
     assert q is not None
     assert q.tiles == 4096 and q.geometry.dims[1].extent == 5 * 1024  # one program per row, 5 chunks
     assert q.padded_waste == pytest.approx(1 - 4097 / 5120)
@@ -140,19 +140,19 @@ def test_layernorm_row_tiles():
 
 def test_compiled_resources_override_the_estimate():
     config = BIG_TILE
-    estimated = model.quantize("gemm", config, gemm_problem(4097), H200_LIMITS)
-    compiled = model.compiled_resources(config, n_regs=64, shared_bytes=98304)
-    measured = model.quantize("gemm", config, gemm_problem(4097), H200_LIMITS, resources=compiled)
+    estimated = perf_model.quantize("gemm", config, gemm_problem(4097), H200_LIMITS)
+    compiled = perf_model.compiled_resources(config, n_regs=64, shared_bytes=98304)
+    measured = perf_model.quantize("gemm", config, gemm_problem(4097), H200_LIMITS, resources=compiled)
     assert estimated is not None and measured is not None
     assert estimated.occupancy.blocks_per_sm == 1
     assert measured.resources.source == "compiled" and measured.occupancy.blocks_per_sm == 2
 
 
 def test_kernels_without_geometry_have_no_model(toy):  # the toy kernel declares no model
-    assert model.quantize("toy", {}, {}, H200_LIMITS) is None
-    assert model.rank("toy", [{}], {}, H200_LIMITS) is None
-    assert model.prune("toy", [{}], {}, H200_LIMITS) is None
-    assert model.signature("toy", {}, get_spec("gemm").space, H200_LIMITS) is None
+    assert perf_model.quantize("toy", {}, {}, H200_LIMITS) is None
+    assert perf_model.rank("toy", [{}], {}, H200_LIMITS) is None
+    assert perf_model.prune("toy", [{}], {}, H200_LIMITS) is None
+    assert perf_model.signature("toy", {}, get_spec("gemm").space, H200_LIMITS) is None
     assert geometry("toy", {}, {}) is None
 
 
@@ -160,7 +160,7 @@ def test_kernels_without_geometry_have_no_model(toy):  # the toy kernel declares
 
 
 def _best_first(kernel: str, configs: list[dict], problem: dict) -> list[dict]:
-    ranked = model.rank(kernel, configs, problem, H200_LIMITS)
+    ranked = perf_model.rank(kernel, configs, problem, H200_LIMITS)
     assert ranked is not None
     return [q.config for q in ranked]
 
@@ -196,20 +196,20 @@ def test_rank_is_deterministic_whatever_the_input_order():
 def test_prune_drops_configs_over_shared_memory_and_hopeless_ones():
     over = gemm("grouped", 256, 128, 128, warps=8, stages=5)  # 5*(256*128 + 128*128)*2 = 480 KiB
     tiny = gemm("grouped", 16, 16, 64)  # ~8x the big tile's modelled time on 4097x4096x4096
-    pruning = model.prune("gemm", [over, tiny, BIG_TILE], gemm_problem(4097), H200_LIMITS)
+    pruning = perf_model.prune("gemm", [over, tiny, BIG_TILE], gemm_problem(4097), H200_LIMITS)
     assert pruning is not None
     assert pruning.kept == [BIG_TILE]
-    reasons = dict((model.reason_kind(r), c) for c, r in pruning.pruned)
+    reasons = dict((perf_model.reason_kind(r), c) for c, r in pruning.pruned)
     assert reasons == {"cannot launch (shared_memory)": over, "hopeless": tiny}
 
 
 def test_prune_never_prunes_the_best_modelled_config():
     over = [gemm("grouped", 256, 128, 128, warps=8, stages=s) for s in (4, 5)]
-    pruning = model.prune("gemm", over, gemm_problem(4097), H200_LIMITS)
+    pruning = perf_model.prune("gemm", over, gemm_problem(4097), H200_LIMITS)
     assert pruning is not None and len(pruning.kept) == 1 and len(pruning.pruned) == 1
     configs = get_spec("gemm").space.valid_configs(gemm_problem(16), H200)
-    ranked = model.rank("gemm", configs, gemm_problem(16), H200_LIMITS)
-    pruning = model.prune("gemm", configs, gemm_problem(16), H200_LIMITS)
+    ranked = perf_model.rank("gemm", configs, gemm_problem(16), H200_LIMITS)
+    pruning = perf_model.prune("gemm", configs, gemm_problem(16), H200_LIMITS)
     assert ranked is not None and pruning is not None
     assert ranked[0].config in pruning.kept
     assert len(pruning.kept) + len(pruning.pruned) == len(configs)
@@ -217,18 +217,18 @@ def test_prune_never_prunes_the_best_modelled_config():
 
 def test_seeds_take_the_best_of_each_family_first():
     configs = get_spec("gemm").space.valid_configs(gemm_problem(4097), H200)
-    seeds = model.seed_configs("gemm", configs, gemm_problem(4097), H200_LIMITS, 4)
+    seeds = perf_model.seed_configs("gemm", configs, gemm_problem(4097), H200_LIMITS, 4)
     assert seeds is not None and len(seeds) == 4
     families = {(c["variant"], c["BLOCK_M"], c["BLOCK_N"]) for c in seeds}
     assert len(families) == 4
-    ranked = model.rank("gemm", configs, gemm_problem(4097), H200_LIMITS)
+    ranked = perf_model.rank("gemm", configs, gemm_problem(4097), H200_LIMITS)
     assert ranked is not None and seeds[0] == ranked[0].config
 
 
 def test_predicted_time_is_finite_only_for_launchable_configs():
-    q = model.quantize("gemm", gemm("grouped", 256, 128, 128, warps=8, stages=5), gemm_problem(4097), H200_LIMITS)
+    q = perf_model.quantize("gemm", gemm("grouped", 256, 128, 128, warps=8, stages=5), gemm_problem(4097), H200_LIMITS)
     assert q is not None and not q.launchable and math.isinf(q.predicted_clk) and q.waves == 0
-    q = model.quantize("gemm", BIG_TILE, gemm_problem(4097), H200_LIMITS)
+    q = perf_model.quantize("gemm", BIG_TILE, gemm_problem(4097), H200_LIMITS)
     assert q is not None and 0.0 < q.efficiency <= 1.0
 
 
@@ -249,7 +249,7 @@ def test_gemm_signature_is_equal_only_where_every_tile_count_agrees():
     space = get_spec("gemm").space
 
     def sig(problem: dict) -> tuple:
-        signed = model.signature("gemm", problem, space, H200_LIMITS, device=H200)
+        signed = perf_model.signature("gemm", problem, space, H200_LIMITS, device=H200)
         assert signed is not None
         return signed
 
@@ -268,7 +268,7 @@ def test_row_signature_follows_chunks_and_alignment():
     space = get_spec("layernorm").space
 
     def sig(cols: int) -> tuple:
-        signed = model.signature("layernorm", layernorm_problem(4096, cols), space, H200_LIMITS)
+        signed = perf_model.signature("layernorm", layernorm_problem(4096, cols), space, H200_LIMITS)
         assert signed is not None
         return signed
 
@@ -278,4 +278,4 @@ def test_row_signature_follows_chunks_and_alignment():
     assert sig(4001) != sig(4002)  # 4002 is 2-element aligned: the kernel's DIV differs
     assert sig(4000) != sig(4001)  # 250 chunks of 16 against 251
     other = DeviceLimits(**dict(H200_LIMITS.to_json(), sm_count=108))
-    assert model.signature("layernorm", layernorm_problem(4096, 4003), space, other) != sig(4003)
+    assert perf_model.signature("layernorm", layernorm_problem(4096, 4003), space, other) != sig(4003)

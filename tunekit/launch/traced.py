@@ -4,7 +4,7 @@ tunekit's ops are `torch.library.triton_op`s. When torch.compile traces one, its
 tensors and every launch it makes becomes a node of torch's Triton-kernel higher-order op (the `wrap_triton`
 mechanism), which Inductor compiles and launches itself: the compiled graph holds the kernel, with the config the
 body chose at trace time, and no per-call Python dispatch of tunekit's. The kernels' launch code stays as it is
-(their identities, so their tuned entries, do not change): the launch watch (tunekit/core/launch_watch.py), which
+(their identities, so their tuned entries, do not change): the launch watch (tunekit/launch/watch.py), which
 already wraps each kernel's `run`, sends a launch here when its arguments are being traced.
 
 In Triton's interpreter (the CPU tests) `@triton.jit` makes an InterpretedFunction, which torch's tracer does not
@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
+
+from tunekit.core.triton_adapter import JITFunction
 
 _TWINS: dict[int, Any] = {}
 _TRACED_TYPES = (FakeTensor, FunctionalTensor)
@@ -101,38 +103,6 @@ def _hopifier() -> Any:
     return DescriptorTracingHOPifier()
 
 
-@functools.cache
-def _hopifier() -> Any:
-    """torch's tracer of Triton kernel calls, taking host-side TMA descriptors too. torch's own (for wrap_triton)
-    records none (a descriptor of a fake tensor then fails in Inductor), while its Dynamo path records them as
-    their tensor and block shape ("stable" metadata), from which Inductor makes the descriptor at run time. A
-    descriptor here becomes the same: its tensor viewed with the descriptor's shape and strides, and its block."""
-    from torch._higher_order_ops.triton_kernel_wrap import (
-        TracingTritonHOPifier,
-        create_tma_stable_metadata,
-        triton_kernel_wrapper_mutation,
-    )
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    class DescriptorTracingHOPifier(TracingTritonHOPifier):
-        def call_HOP(self, variable: Any, grids: Any, combined_args: dict[str, Any], tx: None) -> Any:
-            args, tma = dict(combined_args), dict[str, Any]()
-            for name, value in combined_args.items():
-                if isinstance(value, TensorDescriptor):
-                    args[name] = value.base.as_strided(list(value.shape), list(value.strides))
-                    tma[name] = create_tma_stable_metadata(list(value.block_shape))
-            graphable, constant_args_idx = self.store_non_graphable_args(args)
-            return triton_kernel_wrapper_mutation(
-                kernel_idx=variable.kernel_idx,
-                constant_args_idx=constant_args_idx,
-                grid=grids,
-                tma_descriptor_metadata=tma,
-                kwargs=graphable,
-            )
-
-    return DescriptorTracingHOPifier()
-
-
 def _placeholders_apart(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The interpreter only: a tensor passed again gets a fresh tensor of its kind in its later places. torch finds
     which arguments a kernel writes from its compiled IR, which the interpreter has none of; it then takes every
@@ -153,8 +123,6 @@ def _placeholders_apart(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
 
 
 def _jit_of(kernel: Any) -> Any:
-    from triton.runtime.jit import JITFunction
-
     if isinstance(kernel, JITFunction):
         return kernel
     twin = _TWINS.get(id(kernel))
@@ -166,7 +134,6 @@ def _jit_of(kernel: Any) -> Any:
 def _interpreted_twin(interpreted: Any) -> Any:
     """A JITFunction over an InterpretedFunction's Python function that launches the interpreted kernel."""
     from torch._higher_order_ops import triton_kernel_wrap
-    from triton.runtime.jit import JITFunction
 
     if not getattr(triton_kernel_wrap.get_mutated_tensors, "tunekit_probe", False):
         triton_kernel_wrap.get_mutated_tensors = _written_by_interpreted(triton_kernel_wrap.get_mutated_tensors)
@@ -193,7 +160,7 @@ def _written_by_interpreted(find_written: Any) -> Any:
     from torch.utils._python_dispatch import _disable_current_modes
 
     def written(kernel_idx: int, constant_args_idx: int, kwargs: dict[str, Any], tma: Any) -> list[str]:
-        kernel = kernel_side_table.get_kernel(kernel_idx)
+        kernel: Any = kernel_side_table.get_kernel(kernel_idx)
         while not hasattr(kernel, "tunekit_interpreted") and hasattr(kernel, "fn"):  # torch's one-config autotuner
             kernel = kernel.fn
         interpreted = getattr(kernel, "tunekit_interpreted", None)

@@ -15,7 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunekit.core import backend
-from tunekit.core.traced_launch import is_traced, traced_launch
+from tunekit.core.triton_adapter import bound_arguments, watch_runs
+from tunekit.launch.traced import is_traced, traced_launch
 
 _ALLOCATIONS = frozenset(
     {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like"}
@@ -88,14 +89,12 @@ class _AtenWatch(TorchDispatchMode):
 
 def instrument_kernels() -> None:
     """Wrap `run` of every kernel in tunekit's kernel modules, once each: a watched call's launches are seen, and
-    a traced one's recorded (tunekit/core/traced_launch.py)."""
+    a traced one's recorded (tunekit/launch/traced.py)."""
     for name, module in list(sys.modules.items()):
         if not name.startswith("tunekit.kernels") or module is None:
             continue
         for value in list(vars(module).values()):
-            run = getattr(value, "run", None)
-            if callable(run) and hasattr(value, "fn") and not getattr(run, "_tunekit_watched", False):
-                value.run = _watched_run(value, run)
+            watch_runs(value, _watched_run)
 
 
 def _watched_run(kernel: Any, run: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,7 +112,6 @@ def _watched_run(kernel: Any, run: Callable[..., Any]) -> Callable[..., Any]:
         watch.launches.append(_launch(kernel, compiled, grid, args, kwargs))
         return compiled
 
-    watched._tunekit_watched = True  # type: ignore[attr-defined]
     return watched
 
 
@@ -129,16 +127,3 @@ def _launch(kernel: Any, compiled: Any, grid: Any, args: tuple[Any, ...], kwargs
 def _three(dims: tuple[int, ...]) -> tuple[int, int, int]:
     padded = (*dims, 1, 1)
     return (int(padded[0]), int(padded[1]), int(padded[2]))
-
-
-def bound_arguments(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments in the kernel's signature order, as Triton's JIT path passes them to the compiled launcher."""
-    from triton import knobs
-    from triton.runtime.driver import driver
-
-    binder = kernel.device_caches[driver.active.get_current_device()][4]
-    options = dict(kwargs)
-    options["debug"] = options.get("debug", kernel.debug) or knobs.runtime.debug
-    options["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    bound, _, _ = binder(*args, **options)
-    return dict(bound)

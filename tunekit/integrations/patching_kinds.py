@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from tunekit import nn as tk_nn
-from tunekit.runtime.patching_probes import computes, layer_normalized, norm_eps, probing, rms_normalized
+from tunekit.integrations.patching_probes import computes, layer_normalized, norm_eps, probing, rms_normalized
 
 # torch's modules tunekit runs as they are (their constructor arguments are the kernels' arguments).
 _TORCH_KINDS: tuple[tuple[type[torch.nn.Module], str, Callable[..., Any]], ...] = (

@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from tunekit import nn as tk_nn
-from tunekit.runtime.patching_probes import activation_of, call, can_probe, close, probe_input, probing
+from tunekit.integrations.patching_probes import activation_of, call, can_probe, close, probe_input, probing
 
 FUSED = "_tunekit_fused_from"  # on a fused projection: (parent, attribute name, the activation module)
 _ACTIVATION = "_tunekit_activation"  # on a fused projection: the activation its forward applies

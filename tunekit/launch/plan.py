@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from tunekit.core import backend
-from tunekit.core.launch_watch import Launch, Watch
+from tunekit.core.triton_adapter import HostDescriptor, compiled_launch, is_tensor_descriptor, launch_hooks_set
+from tunekit.launch.watch import Launch, Watch
 
 # A source reference: ("src", index) is the source tensor itself; ("ptr", index, offset) its pointer plus offset
 # bytes; ("desc", index, shape, strides, block_shape, padding) a TMA descriptor over it.
@@ -75,7 +76,7 @@ class _Sources:
             if backend.INTERPRETED:
                 raise NoPlan("an offset pointer in the interpreter")
             return ("ptr", index, offset)
-        if type(value).__name__ == "TensorDescriptor":
+        if is_tensor_descriptor(value):
             index, offset = self.find(value.base.data_ptr())
             if offset:
                 raise NoPlan("a TMA descriptor not at a source's start")
@@ -89,22 +90,13 @@ class _Sources:
         raise NoPlan(f"a launch argument of type {type(value).__name__}")
 
 
-class _Descriptor:
-    """What the launcher reads of a host TMA descriptor (Triton's class re-validates alignment on every call)."""
-
-    __slots__ = ("base", "block_shape", "padding", "shape", "strides")
-
-    def __init__(self, base: torch.Tensor, shape: list[int], strides: list[int], block: list[int], pad: str) -> None:
-        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block, pad
-
-
 def _resolve(ref: Ref, tensors: list[torch.Tensor]) -> Any:
     kind = ref[0]
     if kind == "src":
         return tensors[ref[1]]
     if kind == "ptr":
         return tensors[ref[1]].data_ptr() + ref[2]
-    return _Descriptor(tensors[ref[1]], ref[2], ref[3], ref[4], ref[5])
+    return HostDescriptor(tensors[ref[1]], ref[2], ref[3], ref[4], ref[5])
 
 
 @dataclass
@@ -135,22 +127,7 @@ def _fire(launch: Launch, sources: _Sources) -> _Fire:
             kernel[grid](*values, **kwargs)
 
         return _Fire(interpret, template, refs)
-    compiled, (gx, gy, gz) = launch.compiled, launch.grid
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    raw = getattr(run, "launch", None)
-    if raw is None or run.global_scratch_size or run.profile_scratch_size:
-        # Through the launcher object: it allocates the kernel's scratch memory per launch.
-        def through_launcher(values: list[Any], stream: int) -> None:
-            run(gx, gy, gz, stream, function, packed, None, None, None, *values)
-
-        return _Fire(through_launcher, template, refs)
-    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
-
-    # Straight into the compiled launch entry (what Triton 3.6's CudaLauncher.__call__ ends in, no scratch).
-    def direct(values: list[Any], stream: int) -> None:
-        raw(gx, gy, gz, stream, function, cooperative, pdl, None, None, packed, None, None, None, *values)
-
-    return _Fire(direct, template, refs)
+    return _Fire(compiled_launch(launch.compiled, launch.grid), template, refs)
 
 
 def _result_ref(result: Any, sources: _Sources) -> Any:
@@ -247,12 +224,7 @@ class TorchCall:
 
 
 def _hooks_set() -> bool:
-    if backend.INTERPRETED:
-        return False
-    from triton import knobs
-
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    return any(h is not None and getattr(h, "calls", True) for h in hooks)
+    return not backend.INTERPRETED and launch_hooks_set()
 
 
 def build_plan(

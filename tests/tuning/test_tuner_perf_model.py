@@ -16,7 +16,7 @@ from tunekit.evaluation.timing_table import load_all
 from tunekit.kernels import gemm as G
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
-from tunekit.tuning import model
+from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import Ranker, shipped_ranker
 from tunekit.tuning.tuner import TuneOptions, tune
 
@@ -58,7 +58,7 @@ def entry_for(problem: dict, config: dict, time_ms: float = 0.5) -> Entry:
 def test_model_prunes_seeds_and_never_measures_a_pruned_config() -> None:
     table = recorded("gemm", m=4097)
     valid = [r.config for r in table.rows]
-    pruning = model.prune("gemm", valid, table.problem, H200_LIMITS)
+    pruning = perf_model.prune("gemm", valid, table.problem, H200_LIMITS)
     assert pruning is not None and pruning.pruned
     pruned = {config_id(c) for c, _ in pruning.pruned}
     sim = simulate_tune(table, "model", 0, max_trials=40, ranker=RAW)
@@ -67,7 +67,7 @@ def test_model_prunes_seeds_and_never_measures_a_pruned_config() -> None:
     heuristic = dict(SPEC.heuristic(table.problem, table.fingerprint))
     assert measured[0] == heuristic
     assert not {config_id(c) for c in measured[1:]} & pruned
-    seeds = model.seed_configs("gemm", pruning.kept, table.problem, H200_LIMITS, 8) or []
+    seeds = perf_model.seed_configs("gemm", pruning.kept, table.problem, H200_LIMITS, 8) or []
     expected = [s for s in seeds if s != heuristic]
     assert measured[1 : 1 + len(expected)] == expected  # the seeds come right after the heuristic, in order
 
@@ -76,7 +76,7 @@ def test_pattern_search_moves_one_parameter_at_a_time_from_the_incumbent() -> No
     """After the seeds, each trial changes one parameter of the fastest config so far (plus the parameters the
     rules pin with it), until every such neighbour the model kept is measured; only then does TPE propose."""
     table = recorded("gemm", m=4097)
-    kept = model.prune("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS).kept
+    kept = perf_model.prune("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS).kept
     records = simulate_tune(table, "model", 0, max_trials=30, ranker=RAW).report.records
 
     def one_step(a: dict, b: dict) -> bool:
@@ -99,7 +99,7 @@ def test_a_fitted_ranker_picks_the_first_config_and_the_heuristic_comes_second()
     table = recorded("gemm", m=1000)
     ranker = shipped_ranker("gemm")
     assert ranker is not None and ranker.weights
-    ranked = model.rank("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS, ranker=ranker)
+    ranked = perf_model.rank("gemm", [r.config for r in table.rows], table.problem, H200_LIMITS, ranker=ranker)
     assert ranked is not None
     records = simulate_tune(table, "model", 0, max_trials=3, ranker=ranker).report.records
     heuristic = dict(SPEC.heuristic(table.problem, table.fingerprint))

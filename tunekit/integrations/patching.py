@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tunekit.runtime.patching_fusion import fuse_in, unfuse
-from tunekit.runtime.patching_kinds import classify
-from tunekit.runtime.patching_loss import patch_loss, unpatch_loss
-from tunekit.runtime.patching_rope import rope_forward
+from tunekit.integrations.patching_fusion import fuse_in, unfuse
+from tunekit.integrations.patching_kinds import classify
+from tunekit.integrations.patching_loss import patch_loss, unpatch_loss
+from tunekit.integrations.patching_rope import rope_forward
 
 __all__ = ["PatchReport", "patch", "unpatch"]
 
