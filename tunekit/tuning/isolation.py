@@ -106,6 +106,7 @@ class IsolatedBench:
         self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
+        self.last_phases: dict[str, float] = {}  # the last measurement's seconds by phase, as the worker timed them
         if spawned is not None:  # started ahead (prespawn): its first init waits only for what is not done yet
             self._proc, self._stderr = spawned.proc, spawned.stderr
             self.started += 1
@@ -201,6 +202,7 @@ class IsolatedBench:
     # ------------------------------------------------------------------------------------------- internals
 
     def _run(self, config: Config, request: dict[str, Any]) -> TrialRecord:
+        self.last_phases = {}
         self.start()
         self._busy = True
         try:
@@ -225,6 +227,7 @@ class IsolatedBench:
                 f"(not a known kernel failure, so a bug):\n{reply.get('traceback', '')}"
             )
         record = TrialRecord.from_json(reply["record"])
+        self.last_phases = {str(k): float(v) for k, v in reply.get("phases", {}).items()}
         if reply.get("fatal"):
             # The device context is unusable after this candidate: the next one gets a fresh worker.
             self._kill()

@@ -79,19 +79,19 @@ class _Worker:
         self.canary: Config | None = None  # a config that passed: re-run to tell a broken context from a bad config
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
+        from tunekit.tuning.verify import measure, retime
 
         spec, config = self.spec, request["config"]
+        phases: dict[str, float] = {}  # seconds by phase (tunekit.tuning.phases), sent back with the record
         if request["op"] == "measure":
             record = measure(
-                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"]
-            )
+                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"],
+                phases,
+            )  # fmt: skip
         elif request["op"] == "time":
-            try:
-                ms = self.timer(lambda: spec.launch(config, self.inputs, self.outputs), config)
-                record = TrialRecord(dict(config), "ok", time_ms=float(ms))
-            except KNOWN_KERNEL_FAILURES as exc:
-                record = failure(config, exc)
+            started = time.perf_counter()
+            record = retime(spec, config, self.inputs, self.outputs, self.timer)
+            phases["bench"] = time.perf_counter() - started
         else:
             raise ValueError(f"unknown request {request['op']!r}")
         fatal = False
@@ -100,7 +100,7 @@ class _Worker:
                 self.canary = dict(config)
         else:
             fatal = not self._healthy(record)
-        return {"record": record.to_json(), "fatal": fatal}
+        return {"record": record.to_json(), "fatal": fatal, "phases": phases}
 
     def release(self) -> None:
         """Free this target's tensors before the next target's are built (large problems must not coexist)."""
