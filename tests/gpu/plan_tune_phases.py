@@ -71,11 +71,14 @@ def served_ms(rows: list[dict[str, Any]]) -> float:
 
 def table(results: dict[str, dict[str, Any]]) -> None:
     names = list(results)
-    print("\nseconds per problem, by phase (tunekit/tuning/phases.py)")
+    keys = [{(row["kernel"], row["problem"]) for row in results[n]["rows"]} for n in names]
+    common = set.intersection(*keys) if keys else set()
+    print(f"\nseconds per problem, by phase (tunekit/tuning/phases.py), over the {len(common)} problems all finished")
     print("| phase | " + " | ".join(names) + " |")
     print("| --- | " + " | ".join("---" for _ in names) + " |")
-    totals = {n: PhaseTimes.summed(r["phases"] for r in results[n]["rows"]).to_json() for n in names}
-    count = {n: max(1, len(results[n]["rows"])) for n in names}
+    rows = {n: [row for row in results[n]["rows"] if (row["kernel"], row["problem"]) in common] for n in names}
+    totals = {n: PhaseTimes.summed(row["phases"] for row in rows[n]).to_json() for n in names}
+    count = {n: max(1, len(rows[n])) for n in names}
     for phase in PHASES:
         print(f"| {phase} | " + " | ".join(f"{totals[n][phase] / count[n]:.2f}" for n in names) + " |")
     print("| per problem | " + " | ".join(f"{sum(totals[n].values()) / count[n]:.2f}" for n in names) + " |")
