@@ -1,10 +1,12 @@
 """Where a plan's tuning seconds go, per phase, with the old settings and the new: every problem of a plan tuned into
 an empty cache (and an empty Triton cache) in one process through SharedBench.tune, the one per-problem path of
 `tune --plan` and fleet workers, first as before (--trials, search to the trial budget), then with the model's early
-stop (tunekit/tuning/early_stop.py). Prints seconds per problem by phase (tunekit/tuning/phases.py), the wall time,
-and a cheap model-step check: the plan's served time, the sum over problems of min(tuned, torch), which the new
-settings should keep within 2% of the old. Each setting stops taking new problems after --cap-s seconds (the table
-says how many it finished), so the script ends in under 8 minutes. Details go to $OUT/plan_tune_phases.json.
+stop (tunekit/tuning/early_stop.py) and each problem's first configs compiled ahead on the host's cores
+(tunekit/tuning/precompile.py; --precompile 0 turns it off). Prints seconds per problem by phase
+(tunekit/tuning/phases.py), the wall time, and a cheap model-step check: the plan's served time, the sum over
+problems of min(tuned, torch), which the new settings should keep within 2% of the old. Each setting stops taking
+new problems after --cap-s seconds (the table says how many it finished), so the script ends in under 8 minutes.
+Details go to $OUT/plan_tune_phases.json.
 
     python tests/gpu/plan_tune_phases.py --plan tests/gpu/plans/qwen2_7b_2layers.jsonl --trials 8
 """
@@ -61,7 +63,7 @@ def run(plan: Path, options: TuneOptions, cap_s: float) -> dict[str, Any]:
             benches.close()
         wall = time.perf_counter() - start
     return {"wall_s": wall, "planned": len(work), "rows": rows, "trials": options.trials,
-            "early_stop": options.early_stop}  # fmt: skip
+            "early_stop": options.early_stop, "precompile_threads": options.precompile_threads}  # fmt: skip
 
 
 def served_ms(rows: list[dict[str, Any]]) -> float:
@@ -105,18 +107,20 @@ def main() -> None:
     parser.add_argument("--plan", type=Path, default=Path("tests/gpu/plans/qwen2_7b_2layers.jsonl"))
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--early-stop", type=float, default=0.03, help="the new setting's timing noise")
+    parser.add_argument("--precompile", type=int, default=os.cpu_count() or 1, help="the new setting's threads")
     parser.add_argument("--cap-s", type=float, default=200.0, help="seconds per setting before it stops")
     parser.add_argument("--only", choices=("before", "after"), default=None)
     opts = parser.parse_args()
     settings = {
         "before": TuneOptions(trials=opts.trials),
-        "after": TuneOptions(trials=opts.trials, early_stop=opts.early_stop),
+        "after": TuneOptions(trials=opts.trials, early_stop=opts.early_stop, precompile_threads=opts.precompile),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, options in settings.items():
         if opts.only not in (None, name):
             continue
-        print(f"{name}: trials {options.trials}, early stop {options.early_stop} on {fingerprint().label}", flush=True)
+        print(f"{name}: trials {options.trials}, early stop {options.early_stop}, precompile threads "
+              f"{options.precompile_threads} on {fingerprint().label}", flush=True)  # fmt: skip
         results[name] = run(opts.plan, options, opts.cap_s)
     table(results)
     out = os.environ.get("OUT")

@@ -25,13 +25,19 @@ class TuneCounts:
 
 
 def tune_plan(
-    plan: Path, cache_dir: Path | None, trials: int, budget_s: float | None = None, early_stop: float | None = None
+    plan: Path,
+    cache_dir: Path | None,
+    trials: int,
+    budget_s: float | None = None,
+    early_stop: float | None = None,
+    precompile_threads: int = 0,
 ) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
     does here: one bench (one isolation worker on a GPU) for the whole plan, and with `budget_s` the plan's
     wall-time budget (tunekit.tuning.plan_budget), with `early_stop` the model's stopping rule at that relative
-    timing noise (TuneOptions.early_stop). A problem whose tuning fails is counted and named; the others are still
-    tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
+    timing noise (TuneOptions.early_stop), with `precompile_threads` each problem's first configs compiled ahead
+    on that many threads (tunekit.tuning.precompile). A problem whose tuning fails is counted and named; the
+    others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
@@ -41,7 +47,8 @@ def tune_plan(
     from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
-    device, options = fingerprint(), TuneOptions(trials=trials, early_stop=early_stop)
+    options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
+    device = fingerprint()
     counts = TuneCounts()
     benches = SharedBench()
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]

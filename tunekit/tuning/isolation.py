@@ -175,6 +175,21 @@ class IsolatedBench:
         """Time `config` again (the winner's confirmation), no verification."""
         return self._run(config, {"op": "time", "config": dict(config)})
 
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile `configs` in the worker on `threads` threads (tunekit.tuning.precompile). A worker that hangs or
+        dies doing it is replaced: the configs are then compiled, or fail, when measured."""
+        self.start()
+        self._busy = True
+        try:
+            self._send({"op": "precompile", "configs": [dict(c) for c in configs], "threads": threads})
+            reply = self._receive(self.timeout_s)
+            self._busy = False
+        except (_Timeout, _Died):
+            self._kill()
+            self.restarts += 1
+            return
+        self.last_phases = {"compile": float(reply.get("compiled", 0.0))}
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None

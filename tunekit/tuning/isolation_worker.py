@@ -73,6 +73,7 @@ class _Worker:
         self.spec = spec
         self.problem: Problem = request["problem"]
         self.device = backend.torch_device()
+        self.device_index = request.get("device_index")
         self.timer = timer_from_json(request["timer"])
         self.inputs = spec.make_inputs(self.problem, self.device, int(request["seed"]))
         self.outputs = spec.alloc_outputs(self.inputs)
@@ -81,6 +82,11 @@ class _Worker:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         from tunekit.tuning.verify import measure, retime
 
+        if request["op"] == "precompile":  # tunekit.tuning.precompile: compiled, nothing measured
+            from tunekit.tuning.precompile import compile_all
+
+            configs, threads = request["configs"], int(request["threads"])
+            return {"compiled": compile_all(self.spec, configs, self.inputs, self.outputs, threads, self.device_index)}
         spec, config = self.spec, request["config"]
         phases: dict[str, float] = {}  # seconds by phase (tunekit.tuning.phases), sent back with the record
         if request["op"] == "measure":

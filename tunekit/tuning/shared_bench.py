@@ -184,6 +184,13 @@ class _ProblemBench:
             self.phases.merge(split)
             self.phases.add("other", wall - sum(split.values()))
 
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile the search's first configs ahead (tunekit.tuning.precompile), as the bench can."""
+        ahead = getattr(self._opened(), "precompile", None)
+        if ahead is not None:
+            with self.phases.timing("compile"):
+                ahead(configs, threads)
+
     def time_torch(self) -> float | None:
         from tunekit.tuning.torch_candidate import time_torch
 

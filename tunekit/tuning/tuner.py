@@ -75,6 +75,9 @@ class TuneOptions:
     # The model's early stop (tunekit.tuning.early_stop): the relative timing noise (0.03: 3%) within which a config
     # the model says is left cannot beat the incumbent, ending the search. None: search to the trial budget.
     early_stop: float | None = None
+    # Threads compiling the search's first configs (the heuristic, the model's picks, warm starts) before any is
+    # measured (tunekit.tuning.precompile); 0: each compiles at its first launch.
+    precompile_threads: int = 0
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -281,6 +284,7 @@ class _Search:
         self.allowed = {config_id(c) for c in valid}
         self.report = TuneReport(entry=None, budget=budget)  # type: ignore[arg-type]  # filled by tune()
         self.idle = 0
+        self.first: list[dict[str, Value]] = []
 
     def enqueue_first(self, related: list[Entry]) -> None:
         """What an untuned problem is served first (the ranker's pick where one is fitted, then the heuristic
@@ -305,6 +309,7 @@ class _Search:
         if self.options.sampler == "exhaustive":
             queued = {config_id(c) for c in queue}
             queue += [c for c in self.unseen if config_id(c) not in queued]
+        self.first = queue  # measured first, in this order: what precompile_threads compiles ahead
         for config in queue:
             self.study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
 
@@ -329,6 +334,8 @@ class _Search:
         checkpoint: Callable[[Entry], object] | None,
     ) -> None:
         """Ask, check, measure (or answer from the record) and tell, until a budget or the space runs out."""
+        if self.options.precompile_threads > 0 and hasattr(bench, "precompile"):
+            bench.precompile(self.first[: self.budget], self.options.precompile_threads)  # compiled ahead, in parallel
         stop_requested = False  # on_trial returned True: the caller has seen enough (the efficiency benchmark)
         while True:
             reason = "stopped by caller" if stop_requested else self.stop_reason(clock, start)

@@ -166,6 +166,12 @@ class InProcessBench:
             self.last_phases,
         )  # fmt: skip
 
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile `configs` ahead on `threads` threads (tunekit.tuning.precompile; nothing in the interpreter)."""
+        from tunekit.tuning.precompile import compile_all
+
+        compile_all(self.spec, configs, self.inputs, self.outputs, threads)
+
     def retime(self, config: Config) -> TrialRecord:
         start = time.perf_counter()
         try:
