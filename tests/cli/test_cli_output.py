@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import cli
 
 from tunekit import DISTRIBUTION, __version__
@@ -69,6 +70,9 @@ def test_tune_json(toy):
     assert r["kernel"] == "toy" and r["problem"] == {"rows": 8, "cols": 32, "dtype": "float32"}
     assert r["status"] == "tuned" and r["measured"] == 3 and r["stored_trials"] == 3
     assert set(r["config"]) == {"BLOCK", "variant", "num_warps"} and r["timer"] == "interpreter-wall-clock"
+    # Where the problem's seconds went (tunekit.tuning.phases): each candidate's first launch, check and timing.
+    assert all(r["phases"][p] > 0 for p in ("compile", "verify", "bench", "store"))
+    assert document["phases"]["bench"] == pytest.approx(r["phases"]["bench"], abs=1e-3)
 
 
 def test_show_json_lists_cache_and_shipped_entries_with_the_serving_layer(toy):

@@ -183,6 +183,9 @@ def test_the_workflow_records_tunes_and_serves_from_the_tuned_cache(tmp_path):
     assert len(served) == report.problems and set(served.values()) == {"cache"}, served
     again = tune_plan(Path(report.plan), Path(report.cache_dir), 1)
     assert (again.tuned, again.skipped) == (0, report.problems)  # tuned to the budget: nothing measured twice
+    # Each problem's seconds by phase (tunekit.tuning.phases): a tuned problem starts, compiles and times nothing.
+    assert len(again.phases) == report.problems
+    assert {again.phase_totals()[p] for p in ("startup", "compile", "verify", "bench")} == {0.0}
 
 
 def _fake_measure(w: Workload, variants: tuple[str, ...], reps: int) -> list[Result]:

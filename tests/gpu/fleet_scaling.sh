@@ -76,8 +76,9 @@ for name in names:
           f"| {name} | {walls[name]:.1f} | {len(runs[name])}/{planned} | - |")
 
 # Each worker's last lines: "worker ME: queue ..., CUDA_VISIBLE_DEVICES=G" first, "worker ME: phases (s) {...}" last.
-cols = ["jobs", "boot", "open", "claim", "setup", "measure", "search", "cache", "queue", "idle", "wall", "bench_started"]
-print("\nper-worker phases (s): boot = process start to work(); setup = isolation worker started or switched, inputs")
+job_phases = ["claim", "startup", "compile", "verify", "bench", "torch", "store", "other", "queue"]
+cols = ["jobs", "boot", "open", *job_phases, "idle", "wall", "bench_started"]
+print("\nper-worker phases (s): boot = process start to work(); startup = isolation worker started or switched, inputs")
 print("| run | gpu | " + " | ".join(cols) + " | per job |")
 print("| --- | --- | " + " | ".join("---" for _ in cols) + " | --- |")
 notes = []
@@ -88,7 +89,7 @@ for name in names:
     for me, data in re.findall(r"^worker (.*?): phases \(s\) (\{.*\})$", text, re.M):
         p = json.loads(data)
         worker_walls.append(p["wall"])
-        per_job = sum(p[k] for k in ("claim", "setup", "measure", "search", "cache", "queue")) / max(p["jobs"], 1)
+        per_job = sum(p.get(k, 0) for k in job_phases) / max(p["jobs"], 1)
         print(f"| {name} | {gpus.get(me, '?')} | " + " | ".join(f"{p.get(c, 0):g}" for c in cols) + f" | {per_job:.2f} |")
     done = [float(x) for x in re.findall(r": done in ([\d.]+) s", text)]
     if done:

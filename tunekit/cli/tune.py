@@ -51,6 +51,22 @@ CandidateTimeoutOpt = Annotated[
     ),
 ]
 
+BudgetOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Seconds for the whole list: the largest problems first, each given a share of the time left in "
+        "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each."
+    ),
+]
+EarlyStopOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--early-stop",
+        help="With the model strategy: stop a shape's search once the model says no config left can beat the "
+        "fastest by more than this relative timing noise (0.03: 3%; tunekit/tuning/early_stop.py).",
+    ),
+]
+
 
 def _work_list(
     kernel: str | None, shapes: list[str] | None, dtype: str | None, plan: Path | None
@@ -91,16 +107,11 @@ def tune(
         ),
     ] = False,
     timeout: Annotated[float | None, typer.Option(help="Seconds per shape (a budget, not a kill).")] = None,
-    budget: Annotated[
-        float | None,
-        typer.Option(
-            help="Seconds for the whole list: the largest problems first, each given a share of the time left in "
-            "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each."
-        ),
-    ] = None,
+    budget: BudgetOpt = None,
     sampler: Annotated[
         str, typer.Option(help="model (TPE guided by the quantization model), tpe, gp, random or exhaustive.")
     ] = "model",
+    early_stop: EarlyStopOpt = None,
     storage: Annotated[
         str | None,
         typer.Option(
@@ -140,11 +151,14 @@ def tune(
         isolate=isolate,
         candidate_timeout_s=candidate_timeout,
         force=force,
+        early_stop=early_stop,
     )
     make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
     if submit or workers is not None:
-        if force or json_out or budget is not None:
-            raise TunekitError("--force, --budget and --json tune here: they do not go with --submit or --workers")
+        if force or json_out or budget is not None or early_stop is not None:
+            raise TunekitError(
+                "--force, --budget, --early-stop and --json tune here: they do not go with --submit or --workers"
+            )
         tune_through_queue(work_list, options, submit, workers, queue)
         return
     _tune_here(work_list, options, json_out, budget)
@@ -161,7 +175,7 @@ def _tune_here(
     from tunekit.store.key import CacheKey
     from tunekit.store.store import Store
     from tunekit.tuning.bench import default_timer
-    from tunekit.tuning.orchestrate import tune_and_store
+    from tunekit.tuning.phases import PhaseTimes
     from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
@@ -183,13 +197,10 @@ def _tune_here(
         for index, (spec, problem) in enumerate(planned.order if planned is not None else work_list):
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
-            bench = benches.on_first_use(spec, problem, options.seed)
             these = dataclasses.replace(options, timeout_s=planned.share(index)) if planned is not None else options
             try:
                 with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
-                    entry, report = tune_and_store(
-                        spec, problem, device, these, store, timer=timer, on_trial=advance, bench=bench
-                    )
+                    entry, report = benches.tune(spec, problem, device, these, store, on_trial=advance)
             except KeyboardInterrupt:
                 done = sum(not r.skipped for r in results)
                 err_console.print(
@@ -209,6 +220,7 @@ def _tune_here(
                 continue
             for line in result.block() if terminal else [result.line()]:
                 say(line)
+    phases = PhaseTimes.summed(r.report.phases for r in results)
     if json_out:
         document = {
             "device": {"label": device.label, "key": device.key, "interpreter": device.is_interpreter},
@@ -216,11 +228,13 @@ def _tune_here(
             "note": INTERPRETER_NOTE if device.is_interpreter else None,
             "cache": str(store.directory),
             "results": [r.to_json() for r in results],
+            "phases": phases.to_json(),  # seconds by phase over every problem (tunekit.tuning.phases)
         }
         print(json.dumps(document, indent=1))
         return
     skipped = sum(r.skipped for r in results)
     say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
+    say(f"time by phase: {phases.describe()}")
 
 
 PROGRESS_EVERY_TRIALS = 10  # without a terminal: a progress line per this many trials measured...

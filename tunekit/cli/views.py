@@ -127,6 +127,7 @@ class TuneResult:
             "stored_trials": len(self.entry.trials),
             "stop_reason": r.stop_reason,
             "shared_from": r.shared_from,
+            "phases": dict(r.phases),  # seconds by phase (tunekit.tuning.phases)
         }
 
 

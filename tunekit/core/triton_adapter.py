@@ -35,6 +35,7 @@ __all__ = [
     "arg_names",
     "bound_arguments",
     "capture_launched_kernels",
+    "compile_only_when",
     "compiled_launch",
     "compiled_resources",
     "innermost_jit",
@@ -107,6 +108,17 @@ def watch_runs(kernel: Any, wrap: Callable[[Any, Callable[..., Any]], Callable[.
         watched = wrap(kernel, run)
         watched._tunekit_watched = True  # type: ignore[attr-defined]
         kernel.run = watched
+
+
+def compile_only_when(compile_only: Callable[[], bool]) -> None:
+    """Make every JITFunction launch compile without launching (Triton's warmup) while `compile_only()` is true
+    (a compiling thread's launches: tunekit/tuning/precompile.py). Patches the class once."""
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        return original(self, *args, grid=grid, warmup=warmup or compile_only(), **kwargs)
+
+    JITFunction.run = run
 
 
 def bound_arguments(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -14,37 +14,57 @@ class TuneCounts:
     tuned: int = 0  # problems this run measured configs for
     skipped: int = 0  # problems the working cache already held to the trial budget
     failed: list[str] = field(default_factory=list)  # "kernel problem: why", for problems whose tuning raised
+    # Where each problem's seconds went ("kernel problem" -> tunekit.tuning.phases' phases), failed ones included.
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def phase_totals(self) -> dict[str, float]:
+        """Seconds per phase over the whole plan."""
+        from tunekit.tuning.phases import PhaseTimes
+
+        return PhaseTimes.summed(self.phases.values()).to_json()
 
 
-def tune_plan(plan: Path, cache_dir: Path | None, trials: int, budget_s: float | None = None) -> TuneCounts:
+def tune_plan(
+    plan: Path,
+    cache_dir: Path | None,
+    trials: int,
+    budget_s: float | None = None,
+    early_stop: float | None = None,
+    precompile_threads: int = 0,
+) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
     does here: one bench (one isolation worker on a GPU) for the whole plan, and with `budget_s` the plan's
-    wall-time budget (tunekit.tuning.plan_budget). A problem whose tuning fails is counted and named; the others are
-    still tuned."""
+    wall-time budget (tunekit.tuning.plan_budget), with `early_stop` the model's stopping rule at that relative
+    timing noise (TuneOptions.early_stop), with `precompile_threads` each problem's first configs compiled ahead
+    on that many threads (tunekit.tuning.precompile). A problem whose tuning fails is counted and named; the
+    others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.store.store import Store
-    from tunekit.tuning.bench import default_timer
-    from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+    from tunekit.tuning.orchestrate import TuneOptions
+    from tunekit.tuning.phases import PhaseTimes
     from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
-    device, timer, options = fingerprint(), default_timer(), TuneOptions(trials=trials)
+    options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
+    device = fingerprint()
     counts = TuneCounts()
-    benches = SharedBench(timer)
+    benches = SharedBench()
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
     planned = PlanBudget(work, budget_s) if budget_s is not None else None
     try:
         with Store(cache_dir) as store:
             for index, (spec, problem) in enumerate(planned.order if planned is not None else work):
-                bench = benches.on_first_use(spec, problem, options.seed)
                 these = replace(options, timeout_s=planned.share(index)) if planned is not None else options
+                name, phases = f"{spec.name} {spec.describe_problem(problem)}", PhaseTimes()
                 try:
-                    _, report = tune_and_store(spec, problem, device, these, store, timer=timer, bench=bench)
+                    _, report = benches.tune(spec, problem, device, these, store, phases=phases)
                 except TunekitError as exc:
-                    counts.failed.append(f"{spec.name} {spec.describe_problem(problem)}: {exc}")
+                    counts.failed.append(f"{name}: {exc}")
                     continue
+                finally:
+                    counts.phases[name] = phases.to_json()
                 if report.skipped:
                     counts.skipped += 1
                 else:

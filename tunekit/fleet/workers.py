@@ -19,22 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.core.errors import TunekitError
 from tunekit.core.problems import check_problem
-from tunekit.core.space import Config
 from tunekit.fleet.queue import IDLE_POLL_S, Claim, Job, JobQueue
 from tunekit.store.entry import Entry
+from tunekit.tuning.phases import PHASES as PROBLEM_PHASES
+from tunekit.tuning.phases import PhaseTimes
 from tunekit.tuning.shared_bench import SharedBench
 from tunekit.tuning.storage import Lease
 
 if TYPE_CHECKING:
-    from tunekit.store.entry import TrialRecord
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.tuner import Bench, TuneReport
+    from tunekit.tuning.tuner import TuneReport
 
 logger = logging.getLogger("tunekit")
 
 
-PHASES = ("claim", "setup", "measure", "search", "cache", "queue")
+# A job's phases: claiming it, the problem's own (tunekit.tuning.phases, as `tune --plan` in one process times them),
+# and writing its result to the queue.
+PHASES = ("claim", *PROBLEM_PHASES, "queue")
 
 
 @dataclass
@@ -44,15 +46,15 @@ class JobTimes:
     job: str = ""
     outcome: str = ""  # done, failed or lost
     claim: float = 0.0  # reaping stale jobs and claiming this one: storage transactions
-    setup: float = 0.0  # the bench for this problem: an isolation worker started or switched, inputs built
-    measure: float = 0.0  # candidates compiled, verified and timed (the bench's own time)
-    search: float = 0.0  # the rest of tune(): the sampler and the job's tuning study in the storage
-    cache: float = 0.0  # this machine's device-keyed cache, written after every measurement and at the end
+    problem: PhaseTimes = field(default_factory=PhaseTimes)  # tuning it: startup, compile, ..., store, other
     queue: float = 0.0  # the result (or failure) written to the queue
     bench_pid: int | None = None  # the isolation worker that measured the job; None in this process
 
+    def seconds(self, phase: str) -> float:
+        return float(getattr(self, phase)) if phase in ("claim", "queue") else self.problem.seconds[phase]
+
     def describe(self) -> str:
-        return ", ".join(f"{name} {getattr(self, name):.2f}" for name in PHASES[1:]) + " s"
+        return self.problem.describe()
 
 
 @dataclass
@@ -71,33 +73,10 @@ class WorkerReport:
         """Totals per phase over the worker's life, for `tests/gpu/fleet_scaling.sh`."""
         totals: dict[str, float | int] = {"boot": self.boot_s, "open": self.open_s}
         for name in PHASES:
-            totals[name] = sum(getattr(t, name) for t in self.jobs)
+            totals[name] = sum(t.seconds(name) for t in self.jobs)
         totals |= {"idle": self.idle_s, "wall": self.boot_s + self.wall_s}
         totals = {k: round(float(v), 3) for k, v in totals.items()}
         return totals | {"jobs": len(self.jobs), "bench_started": self.bench_started}
-
-
-class _TimedBench:
-    """A bench that adds up the seconds spent in it: a job's `measure` phase."""
-
-    def __init__(self, inner: Bench) -> None:
-        self.inner = inner
-        self.label = inner.label
-        self.seconds = 0.0
-
-    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
-        start = time.perf_counter()
-        try:
-            return self.inner.measure(config, verify_seed)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def retime(self, config: Config) -> TrialRecord:
-        start = time.perf_counter()
-        try:
-            return self.inner.retime(config)
-        finally:
-            self.seconds += time.perf_counter() - start
 
 
 def run_job(
@@ -110,11 +89,11 @@ def run_job(
     """Tune one job on this process's device; the result is merged into `store` (the device-keyed cache).
 
     `bench` is the worker's (reused across jobs); without one, a bench is made for this job and closed after it.
-    `times` receives the job's setup, measure, search and cache phases.
+    `times` receives the job's phases (tunekit.tuning.phases), as `tune --plan` in one process times them.
     """
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
-    from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
+    from tunekit.tuning.orchestrate import TuneOptions
 
     times = times if times is not None else JobTimes()
     benches = bench if bench is not None else SharedBench()
@@ -125,32 +104,12 @@ def run_job(
         options = TuneOptions(
             trials=job.trials, timeout_s=job.timeout_s, sampler=job.sampler, seed=job.seed, storage=tuning_storage
         )
-        cache_s = 0.0
-
-        def put(entry: Entry) -> Entry:
-            nonlocal cache_s
-            start = time.perf_counter()
-            try:
-                return store.put(entry)
-            finally:
-                cache_s += time.perf_counter() - start
-
-        started = time.perf_counter()
-        measured = _TimedBench(benches.open(spec, problem, job.seed))
-        times.setup = time.perf_counter() - started
-        times.bench_pid = benches.isolated.pid if benches.isolated is not None else None
         restarts = benches.restarts
-        started = time.perf_counter()
-        try:
-            entry, report = tune_and_store(
-                spec, problem, device, options, store, put=put, timer=benches.timer, bench=measured
-            )
-        finally:
-            times.measure, times.cache = measured.seconds, cache_s
-            times.search = time.perf_counter() - started - measured.seconds - cache_s
+        # The same per-problem work as `tune --plan` in one process (torch's candidate included).
+        entry, report = benches.tune(spec, problem, device, options, store, phases=times.problem)
+        times.bench_pid = benches.isolated.pid if benches.isolated is not None else None
         report.isolated = benches.isolated is not None
         report.restarts = benches.restarts - restarts
-        times.cache = cache_s
         return entry, report
     finally:
         if bench is None:

@@ -4,16 +4,18 @@ incumbent."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.device_limits import DeviceLimits, device_limits
-from tunekit.core.space import Config, Problem, Value
+from tunekit.core.space import Config, Problem, Value, config_id
 from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import Entry
 from tunekit.store.nearest import nearest_entry
-from tunekit.tuning import perf_model
+from tunekit.tuning import early_stop, perf_model
 from tunekit.tuning.candidates import Candidates
 from tunekit.tuning.ranker import Ranker, shipped_ranker, usable_ranker
 
@@ -33,6 +35,8 @@ class ModelGuide:
     # The ranker's top pick, measured first (before the hand heuristic); None without a fitted ranker, where the
     # modelled order alone picks worse first configs than the heuristic (tunekit efficiency's first column).
     first: dict[str, Value] | None = None
+    # Modelled time (ranked_clk) by config identity, for the early-stopping rule (tunekit.tuning.early_stop).
+    modelled: dict[Any, float] = field(default_factory=dict)
 
     @classmethod
     def make(
@@ -68,7 +72,15 @@ class ModelGuide:
         near = nearest_entry(spec, problem, device, others)
         pruned = len(pruning.pruned) if pruning else 0
         first = kept[0] if kept and ranker is not None else None
-        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params, first)
+        modelled = {config_id(q.config): q.ranked_clk for q in ranked or () if math.isfinite(q.ranked_clk)}
+        return cls(kept, pruned, seeds, [near] if near else [], None, spec.dependent_params, first, modelled)
+
+    def nothing_left_to_gain(self, seen: Candidates, noise: float) -> bool:
+        """The early-stopping rule (tunekit.tuning.early_stop) over what is measured and what is left."""
+        measured = [(self.modelled[i], r.time_ms or 0.0) for i, r in seen.by_id.items()
+                    if r.status == "ok" and i in self.modelled]  # fmt: skip
+        remaining = (self.modelled[i] for i in map(config_id, self.kept) if i in self.modelled and i not in seen.by_id)
+        return early_stop.nothing_left_to_gain(measured, remaining, noise)
 
     def next_config(self, seen: Candidates) -> dict[str, Value] | None:
         """Pattern search from the fastest config measured so far: its unmeasured neighbours (one parameter

@@ -106,6 +106,7 @@ class IsolatedBench:
         self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
+        self.last_phases: dict[str, float] = {}  # the last measurement's seconds by phase, as the worker timed them
         if spawned is not None:  # started ahead (prespawn): its first init waits only for what is not done yet
             self._proc, self._stderr = spawned.proc, spawned.stderr
             self.started += 1
@@ -174,6 +175,21 @@ class IsolatedBench:
         """Time `config` again (the winner's confirmation), no verification."""
         return self._run(config, {"op": "time", "config": dict(config)})
 
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile `configs` in the worker on `threads` threads (tunekit.tuning.precompile). A worker that hangs or
+        dies doing it is replaced: the configs are then compiled, or fail, when measured."""
+        self.start()
+        self._busy = True
+        try:
+            self._send({"op": "precompile", "configs": [dict(c) for c in configs], "threads": threads})
+            reply = self._receive(self.timeout_s)
+            self._busy = False
+        except (_Timeout, _Died):
+            self._kill()
+            self.restarts += 1
+            return
+        self.last_phases = {"compile": float(reply.get("compiled", 0.0))}
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
@@ -201,6 +217,7 @@ class IsolatedBench:
     # ------------------------------------------------------------------------------------------- internals
 
     def _run(self, config: Config, request: dict[str, Any]) -> TrialRecord:
+        self.last_phases = {}
         self.start()
         self._busy = True
         try:
@@ -225,6 +242,7 @@ class IsolatedBench:
                 f"(not a known kernel failure, so a bug):\n{reply.get('traceback', '')}"
             )
         record = TrialRecord.from_json(reply["record"])
+        self.last_phases = {str(k): float(v) for k, v in reply.get("phases", {}).items()}
         if reply.get("fatal"):
             # The device context is unusable after this candidate: the next one gets a fresh worker.
             self._kill()

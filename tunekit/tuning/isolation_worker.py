@@ -73,25 +73,31 @@ class _Worker:
         self.spec = spec
         self.problem: Problem = request["problem"]
         self.device = backend.torch_device()
+        self.device_index = request.get("device_index")
         self.timer = timer_from_json(request["timer"])
         self.inputs = spec.make_inputs(self.problem, self.device, int(request["seed"]))
         self.outputs = spec.alloc_outputs(self.inputs)
         self.canary: Config | None = None  # a config that passed: re-run to tell a broken context from a bad config
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
+        from tunekit.tuning.verify import measure, retime
 
+        if request["op"] == "precompile":  # tunekit.tuning.precompile: compiled, nothing measured
+            from tunekit.tuning.precompile import compile_all
+
+            configs, threads = request["configs"], int(request["threads"])
+            return {"compiled": compile_all(self.spec, configs, self.inputs, self.outputs, threads, self.device_index)}
         spec, config = self.spec, request["config"]
+        phases: dict[str, float] = {}  # seconds by phase (tunekit.tuning.phases), sent back with the record
         if request["op"] == "measure":
             record = measure(
-                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"]
-            )
+                spec, config, self.problem, self.device, self.inputs, self.outputs, self.timer, request["verify_seed"],
+                phases,
+            )  # fmt: skip
         elif request["op"] == "time":
-            try:
-                ms = self.timer(lambda: spec.launch(config, self.inputs, self.outputs), config)
-                record = TrialRecord(dict(config), "ok", time_ms=float(ms))
-            except KNOWN_KERNEL_FAILURES as exc:
-                record = failure(config, exc)
+            started = time.perf_counter()
+            record = retime(spec, config, self.inputs, self.outputs, self.timer)
+            phases["bench"] = time.perf_counter() - started
         else:
             raise ValueError(f"unknown request {request['op']!r}")
         fatal = False
@@ -100,7 +106,7 @@ class _Worker:
                 self.canary = dict(config)
         else:
             fatal = not self._healthy(record)
-        return {"record": record.to_json(), "fatal": fatal}
+        return {"record": record.to_json(), "fatal": fatal, "phases": phases}
 
     def release(self) -> None:
         """Free this target's tensors before the next target's are built (large problems must not coexist)."""

@@ -3,16 +3,22 @@ shared by fleet workers and the one-process `tune --plan`, so both pay the worke
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from tunekit.core.space import Problem
+from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
+from tunekit.tuning.phases import PhaseTimes
 
 if TYPE_CHECKING:
+    from tunekit.core.device import DeviceFingerprint
+    from tunekit.store.entry import Entry, TrialRecord
+    from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
     from tunekit.tuning.isolation import IsolatedBench, Spawned
-    from tunekit.tuning.tuner import Bench
+    from tunekit.tuning.tuner import Bench, TuneOptions, TuneReport
 
 
 class SharedBench:
@@ -82,30 +88,111 @@ class SharedBench:
         if self.isolated is not None:
             self.isolated.close()
 
-    def on_first_use(self, spec: KernelSpec, problem: Problem, seed: int) -> Bench:
+    def on_first_use(
+        self, spec: KernelSpec, problem: Problem, seed: int, phases: PhaseTimes | None = None
+    ) -> Bench:
         """The bench for one problem, opened when the tuner first uses it (a problem already tuned starts
-        nothing), and timing torch's op as tune() does without a bench (tunekit.tuning.torch_candidate)."""
-        return cast("Bench", _ProblemBench(lambda: self.open(spec, problem, seed), spec, problem, seed, self.timer))
+        nothing), timing torch's op as tune() does without a bench (tunekit.tuning.torch_candidate), and adding its
+        seconds to `phases` (startup, compile, verify, bench, torch)."""
+        phases = phases if phases is not None else PhaseTimes()
+        opener = functools.partial(self.open, spec, problem, seed)
+        return cast("Bench", _ProblemBench(opener, spec, problem, seed, self.timer, phases))
+
+    def tune(
+        self,
+        spec: KernelSpec,
+        problem: Problem,
+        device: DeviceFingerprint,
+        options: TuneOptions,
+        store: Store | None,
+        *,
+        put: Callable[[Entry], Entry] | None = None,
+        on_trial: Callable[[TrialRecord, int], bool | None] | None = None,
+        phases: PhaseTimes | None = None,
+    ) -> tuple[Entry, TuneReport]:
+        """Tune and store one problem on this bench: the one per-problem path of `tune --plan` in one process,
+        tune_plan and fleet workers. `phases` (also the report's) receives where its seconds went, even when it
+        fails; `put` stores an entry (default `store.put`)."""
+        from tunekit.tuning.orchestrate import tune_and_store
+
+        phases = phases if phases is not None else PhaseTimes()
+        started = time.perf_counter()
+        keep = put if put is not None else (store.put if store is not None else None)
+
+        def timed_put(entry: Entry) -> Entry:
+            assert keep is not None
+            with phases.timing("store"):
+                return keep(entry)
+
+        bench = self.on_first_use(spec, problem, options.seed, phases)
+        try:
+            entry, report = tune_and_store(
+                spec, problem, device, options, store, put=timed_put if keep is not None else None, timer=self.timer,
+                bench=bench, on_trial=on_trial,
+            )  # fmt: skip
+        finally:
+            phases.close(time.perf_counter() - started)
+        report.phases = phases.to_json()
+        return entry, report
 
 
 class _ProblemBench:
-    """A problem's bench, opened on first use; `time_torch` times torch's op in this process, as tune() does."""
+    """A problem's bench, opened on first use; `time_torch` times torch's op in this process, as tune() does.
+    Every call's seconds go to `phases`: opening to startup, a measurement to the phases the bench reports
+    (`last_phases`: compile, verify, bench), the rest of its wall time to other."""
 
     def __init__(
-        self, open_bench: Callable[[], Bench], spec: KernelSpec, problem: Problem, seed: int, timer: Timer
+        self,
+        open_bench: Callable[[], Bench],
+        spec: KernelSpec,
+        problem: Problem,
+        seed: int,
+        timer: Timer,
+        phases: PhaseTimes,
     ) -> None:
         self._open = open_bench
         self._bench: Bench | None = None
         self._torch = (spec, problem, seed, timer)
+        self.phases = phases
+        self.label = timer.label
+
+    def _opened(self) -> Bench:
+        if self._bench is None:
+            with self.phases.timing("startup"):
+                self._bench = self._open()
+        return self._bench
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        if self._bench is None:
-            self._bench = self._open()
-        return getattr(self._bench, name)
+        return getattr(self._opened(), name)
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
+        return self._timed(lambda bench: bench.measure(config, verify_seed))
+
+    def retime(self, config: Config) -> TrialRecord:
+        return self._timed(lambda bench: bench.retime(config))
+
+    def _timed(self, call: Callable[[Bench], TrialRecord]) -> TrialRecord:
+        bench = self._opened()
+        started = time.perf_counter()
+        try:
+            return call(bench)
+        finally:
+            wall = time.perf_counter() - started
+            split: dict[str, float] = dict(getattr(bench, "last_phases", {}) or {"bench": wall})
+            self.phases.merge(split)
+            self.phases.add("other", wall - sum(split.values()))
+
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile the search's first configs ahead (tunekit.tuning.precompile), as the bench can."""
+        ahead = getattr(self._opened(), "precompile", None)
+        if ahead is not None:
+            with self.phases.timing("compile"):
+                ahead(configs, threads)
 
     def time_torch(self) -> float | None:
         from tunekit.tuning.torch_candidate import time_torch
 
-        return time_torch(*self._torch)
+        with self.phases.timing("torch"):
+            return time_torch(*self._torch)

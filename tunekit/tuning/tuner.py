@@ -12,7 +12,6 @@ and the run goes on with a fresh worker.
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 import math
 import random
@@ -34,19 +33,20 @@ from tunekit.store.entry import TORCH_MS, Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import Timer, default_timer, is_builtin_timer, timer_to_json
 from tunekit.tuning.candidates import TUNEKIT_ATTR, Candidates, confirm_best, records_from_study
+from tunekit.tuning.early_stop import STOP_REASON as EARLY_STOP_REASON
 from tunekit.tuning.guide import ModelGuide
 from tunekit.tuning.ranker import Ranker
 from tunekit.tuning.samplers import DEFAULT_SAMPLER, make_sampler
 from tunekit.tuning.storage import open_storage  # one way to open storages (journal files, sqlite locking)
 from tunekit.tuning.torch_candidate import candidate_time
-from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, measure
+from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, InProcessBench
 
 if TYPE_CHECKING:
     from tunekit.tuning.isolation import IsolatedBench
 
 logger = logging.getLogger("tunekit")
 
-__all__ = ["KNOWN_KERNEL_FAILURES", "TuneOptions", "TuneReport", "tune"]
+__all__ = ["KNOWN_KERNEL_FAILURES", "InProcessBench", "TuneOptions", "TuneReport", "tune"]
 _MAX_IDLE_ASKS = 16  # consecutive invalid/duplicate suggestions before we hand the sampler an unseen config
 ALREADY_TUNED = "already tuned"  # the stop reason of a problem whose stored trials already reach the budget
 VERSION = __version__
@@ -72,12 +72,20 @@ class TuneOptions:
     # The `model` strategy's learned ranking correction (tunekit.tuning.ranker); None: the shipped one. The
     # efficiency benchmark passes one fitted without the table it scores (leave-one-shape-out).
     ranker: Ranker | None = None
+    # The model's early stop (tunekit.tuning.early_stop): the relative timing noise (0.03: 3%) within which a config
+    # the model says is left cannot beat the incumbent, ending the search. None: search to the trial budget.
+    early_stop: float | None = None
+    # Threads compiling the search's first configs (the heuristic, the model's picks, warm starts) before any is
+    # measured (tunekit.tuning.precompile); 0: each compiles at its first launch.
+    precompile_threads: int = 0
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise TunekitError(f"trials must be >= 1, but got {self.trials}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise TunekitError(f"timeout must be > 0 seconds, but got {self.timeout_s}")
+        if self.early_stop is not None and not 0 <= self.early_stop < 1:
+            raise TunekitError(f"early stop noise must be in [0, 1), but got {self.early_stop}")
         if not self.candidate_timeout_s > 0:
             raise TunekitError(f"candidate timeout must be > 0 seconds, but got {self.candidate_timeout_s}")
 
@@ -98,6 +106,7 @@ class TuneReport:
     shared_from: str | None = None  # the problem whose entry this one shares (same quantization signature)
     stored_trials: int = 0  # configs measured for this problem before this run (they count against the budget)
     budget: int = 0  # configs this run could measure: the trial budget less the stored trials (unless forced)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase (tunekit.tuning.phases), when timed
 
     @property
     def skipped(self) -> bool:
@@ -117,31 +126,6 @@ class Bench(Protocol):
     def measure(self, config: Config, verify_seed: int) -> TrialRecord: ...
 
     def retime(self, config: Config) -> TrialRecord: ...
-
-
-class InProcessBench:
-    """Candidates run in the tuner's own process on shared bench inputs (the interpreter and custom timers)."""
-
-    def __init__(self, spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> None:
-        self.spec = spec
-        self.problem = problem
-        self.timer = timer
-        self.label = timer.label
-        self.torch_device = backend.torch_device()
-        self.inputs = spec.make_inputs(problem, self.torch_device, seed)
-        self.outputs = spec.alloc_outputs(self.inputs)
-
-    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
-        return measure(
-            self.spec, config, self.problem, self.torch_device, self.inputs, self.outputs, self.timer, verify_seed
-        )
-
-    def retime(self, config: Config) -> TrialRecord:
-        try:
-            ms = self.timer(functools.partial(self.spec.launch, config, self.inputs, self.outputs), config)
-        except KNOWN_KERNEL_FAILURES as exc:
-            return failure(config, exc)
-        return TrialRecord(dict(config), "ok", time_ms=float(ms))
 
 
 def study_name(key: CacheKey, fields: Sequence[str] = ()) -> str:
@@ -179,7 +163,7 @@ def tune(
     `bench` replaces where candidates run (the caller owns and closes it; tunekit.evaluation.simulate passes a recorded
     device) and `clock` what the time budget reads (a simulated clock there).
 
-    The `model` strategy reads the quantization model (tunekit.tuning.model) with `limits` (default: the current
+    The `model` strategy reads the quantization model (tunekit.tuning.perf_model) with `limits` (default: the current
     GPU's): it prunes configs that cannot launch or are hopeless, measures the top-modelled configs first, and
     uses `tuned` (entries of other problems of this kernel, source and device): a problem with the same
     quantization signature shares that entry without measuring anything, else the nearest tuned problem's best
@@ -300,6 +284,7 @@ class _Search:
         self.allowed = {config_id(c) for c in valid}
         self.report = TuneReport(entry=None, budget=budget)  # type: ignore[arg-type]  # filled by tune()
         self.idle = 0
+        self.first: list[dict[str, Value]] = []
 
     def enqueue_first(self, related: list[Entry]) -> None:
         """What an untuned problem is served first (the ranker's pick where one is fitted, then the heuristic
@@ -324,6 +309,7 @@ class _Search:
         if self.options.sampler == "exhaustive":
             queued = {config_id(c) for c in queue}
             queue += [c for c in self.unseen if config_id(c) not in queued]
+        self.first = queue  # measured first, in this order: what precompile_threads compiles ahead
         for config in queue:
             self.study.enqueue_trial(spec.space.encode(config), skip_if_exists=True)
 
@@ -334,6 +320,9 @@ class _Search:
             return "time budget"
         if sum(1 for c in self.valid if c in self.seen) >= len(self.valid):
             return "space exhausted"
+        noise = self.options.early_stop
+        if noise is not None and self.guide is not None and self.guide.nothing_left_to_gain(self.seen, noise):
+            return EARLY_STOP_REASON
         return None
 
     def run(
@@ -345,6 +334,8 @@ class _Search:
         checkpoint: Callable[[Entry], object] | None,
     ) -> None:
         """Ask, check, measure (or answer from the record) and tell, until a budget or the space runs out."""
+        if self.options.precompile_threads > 0 and hasattr(bench, "precompile"):
+            bench.precompile(self.first[: self.budget], self.options.precompile_threads)  # compiled ahead, in parallel
         stop_requested = False  # on_trial returned True: the caller has seen enough (the efficiency benchmark)
         while True:
             reason = "stopped by caller" if stop_requested else self.stop_reason(clock, start)

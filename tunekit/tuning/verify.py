@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ from tunekit.launch.plan import Replay, build_plan
 from tunekit.launch.watch import Watch
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import Timer
+from tunekit.tuning.phases import Stopwatch
 
 # Only these score a config as failed; anything else is a bug and propagates.
 KNOWN_KERNEL_FAILURES: tuple[type[BaseException], ...] = (
@@ -70,14 +73,25 @@ def check_outputs(
     return None
 
 
-def verify_config(spec: KernelSpec, config: Config, problem: Problem, device: torch.device, seed: int) -> str | None:
-    """Run the candidate once on fresh inputs; None when correct, else the reason it is wrong."""
+def verify_config(
+    spec: KernelSpec, config: Config, problem: Problem, device: torch.device, seed: int, watch: Stopwatch | None = None
+) -> str | None:
+    """Run the candidate once on fresh inputs; None when correct, else the reason it is wrong. `watch` gets the
+    first launch (Triton's compile of the config, unless compiled already) as `compile`, the rest as `verify`."""
+    watch = watch or Stopwatch(None)
     inputs = spec.make_inputs(problem, device, seed)
     outputs = spec.alloc_outputs(inputs)
     for out in outputs:
         poison(out)
-    spec.launch(config, inputs, outputs)
-    return check_outputs(spec, outputs, spec.reference(inputs))
+    watch.lap("verify")
+    try:
+        spec.launch(config, inputs, outputs)
+    finally:
+        watch.lap("compile")
+    try:
+        return check_outputs(spec, outputs, spec.reference(inputs))
+    finally:
+        watch.lap("verify")
 
 
 def failure(config: Config, exc: BaseException) -> TrialRecord:
@@ -93,13 +107,16 @@ def measure(
     outputs: tuple[Any, ...],
     timer: Timer,
     verify_seed: int,
+    phases: dict[str, float] | None = None,
 ) -> TrialRecord:
     """Verify on fresh inputs (seeded `verify_seed`), then time on the shared bench inputs/outputs.
 
-    Known kernel failures become a `failed` record; a wrong answer a `wrong` one (never timed).
+    Known kernel failures become a `failed` record; a wrong answer a `wrong` one (never timed). `phases` receives
+    the seconds spent in compile, verify and bench (tunekit.tuning.phases).
     """
+    watch = Stopwatch(phases)
     try:
-        wrong = verify_config(spec, config, problem, device, seed=verify_seed)
+        wrong = verify_config(spec, config, problem, device, seed=verify_seed, watch=watch)
         if wrong is not None:
             return TrialRecord(dict(config), "wrong", error=wrong)
         if backend.INTERPRETED:  # interpreter timings mean nothing; no second launch to watch
@@ -108,7 +125,55 @@ def measure(
             ms = timer(as_called_eagerly(spec, config, inputs, outputs), config)
     except KNOWN_KERNEL_FAILURES as exc:
         return failure(config, exc)
+    finally:
+        watch.lap("bench")
     return TrialRecord(dict(config), "ok", time_ms=float(ms))
+
+
+def retime(
+    spec: KernelSpec, config: Config, inputs: tuple[Any, ...], outputs: tuple[Any, ...], timer: Timer
+) -> TrialRecord:
+    """Time a config measured before (the winner's confirmation), without verifying it again."""
+    try:
+        ms = timer(functools.partial(spec.launch, config, inputs, outputs), config)
+    except KNOWN_KERNEL_FAILURES as exc:
+        return failure(config, exc)
+    return TrialRecord(dict(config), "ok", time_ms=float(ms))
+
+
+class InProcessBench:
+    """Candidates run in the tuner's own process on shared bench inputs (the interpreter and custom timers).
+    `last_phases`: the seconds of the last measurement by phase (tunekit.tuning.phases)."""
+
+    def __init__(self, spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> None:
+        self.spec = spec
+        self.problem = problem
+        self.timer = timer
+        self.label = timer.label
+        self.torch_device = backend.torch_device()
+        self.inputs = spec.make_inputs(problem, self.torch_device, seed)
+        self.outputs = spec.alloc_outputs(self.inputs)
+        self.last_phases: dict[str, float] = {}
+
+    def measure(self, config: Config, verify_seed: int) -> TrialRecord:
+        self.last_phases = {}
+        return measure(
+            self.spec, config, self.problem, self.torch_device, self.inputs, self.outputs, self.timer, verify_seed,
+            self.last_phases,
+        )  # fmt: skip
+
+    def precompile(self, configs: list[Config], threads: int) -> None:
+        """Compile `configs` ahead on `threads` threads (tunekit.tuning.precompile; nothing in the interpreter)."""
+        from tunekit.tuning.precompile import compile_all
+
+        compile_all(self.spec, configs, self.inputs, self.outputs, threads)
+
+    def retime(self, config: Config) -> TrialRecord:
+        start = time.perf_counter()
+        try:
+            return retime(self.spec, config, self.inputs, self.outputs, self.timer)
+        finally:
+            self.last_phases = {"bench": time.perf_counter() - start}
 
 
 def as_called_eagerly(
