@@ -1,0 +1,177 @@
+"""Token buckets (issue 32): a GEMM's m between two tuned bucket edges is served the upper edge's config (layer
+"bucket") only where both edges are tuned, not demoted, and both beat torch by the margin; otherwise torch. Plans
+record the edges around each token count met."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from fingerprints import H200, INTERPRETER
+
+import tunekit
+import tunekit.ops as ops
+from tunekit.core.buckets import TokenBuckets, token_edges
+from tunekit.core.device import DeviceFingerprint
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Problem, config_id
+from tunekit.fleet.plans import read_plan
+from tunekit.kernels.gemm.problem import make_problem
+from tunekit.runtime import buckets, dispatch
+from tunekit.store.entry import TORCH_MS, Entry, demoted
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+SPEC = get_spec("gemm")
+N, K = 4000, 4000  # widths no shipped database holds
+
+
+def gemm(m: int, dtype: str = "bfloat16", **fields: object) -> dict:
+    return dict(make_problem(m, N, K, dtype, **fields))  # type: ignore[arg-type]
+
+
+def entry_for(problem: Problem, device: DeviceFingerprint, time_ms: float, torch_ms: float | None) -> Entry:
+    """A tuned entry as the tuner stores it: the heuristic's config (valid there), its time and torch's."""
+    key = CacheKey.make(SPEC.name, SPEC.source_hash, device.key, problem)
+    provenance = {} if torch_ms is None else {TORCH_MS: torch_ms}
+    return Entry(key, dict(SPEC.heuristic(problem, device)), time_ms, device.to_json(), provenance)
+
+
+def resolved(problem: Problem, *entries: Entry, device: DeviceFingerprint = H200) -> dispatch.Resolution:
+    store = Store()
+    try:
+        for e in entries:
+            store.put(e)
+        return dispatch.resolve(SPEC, problem, device, store)
+    finally:
+        store.close()
+
+
+def test_the_edges_are_powers_of_two_then_half_octaves() -> None:
+    edges = token_edges()
+    assert edges[:12] == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768)
+    assert all(b / a <= 2 for a, b in itertools.pairwise(edges))
+    assert all(b / a <= 1.5 for a, b in itertools.pairwise(edges) if a >= 256)
+    declared = SPEC.token_buckets
+    assert declared is not None and declared.field == "m"
+    assert declared.bracket(gemm(1000)) == (768, 1024)
+    assert declared.bracket(gemm(1024)) is None  # an edge is its own bucket
+    assert declared.bracket(gemm(1000, a_layout="col")) is None  # m of a transposed activation is a layer width
+    assert declared.bracket(gemm((1 << 20) + 1)) is None  # past the last edge
+    with pytest.raises(ValueError):
+        TokenBuckets("m", edges=(4, 2))
+
+
+def test_an_m_between_two_edges_that_beat_torch_is_served_the_upper_edges_config(isolated_cache) -> None:
+    lo, hi = entry_for(gemm(768), H200, 1.0, 1.5), entry_for(gemm(1024), H200, 1.2, 1.5)
+    res = resolved(gemm(1000), lo, hi)
+    assert res.layer == "bucket" and res.entry is not None and res.entry.key == hi.key
+    assert config_id(res.config) == config_id(hi.config)
+    assert "(768, 1024)" in res.note and "1.50x" in res.note and "1.25x" in res.note
+
+
+@pytest.mark.parametrize(
+    ("lo_times", "hi_times", "why"),
+    [
+        ((1.0, 1.05), (1.0, 2.0), "the entry at 768 is 1.05x torch"),  # lo faster than torch, but under the margin
+        ((1.0, 2.0), (1.0, 0.9), "the entry at 1024 is 0.90x torch"),  # hi slower than torch
+        ((1.0, None), (1.0, 2.0), "the entry at 768 holds no torch time"),
+    ],
+)
+def test_an_edge_not_beating_torch_by_the_margin_leaves_torch(isolated_cache, lo_times, hi_times, why) -> None:
+    lo, hi = entry_for(gemm(768), H200, *lo_times), entry_for(gemm(1024), H200, *hi_times)
+    res = resolved(gemm(1000), lo, hi)
+    assert res.layer == "torch" and res.config is dispatch.TORCH
+    assert why in res.note
+
+
+@pytest.mark.parametrize("edge", [768, 1024])
+def test_a_missing_edge_leaves_torch(isolated_cache, edge) -> None:
+    res = resolved(gemm(1000), entry_for(gemm(edge), H200, 1.0, 2.0))
+    other = 1792 - edge
+    assert res.layer == "torch" and res.config is dispatch.TORCH and f"no tuned entry at m={other}" in res.note
+
+
+@pytest.mark.parametrize("device", [H200, INTERPRETER])
+def test_a_demoted_edge_serves_torch_to_its_bucket(isolated_cache, device) -> None:
+    lo = entry_for(gemm(768), device, 1.0, 2.0)
+    hi = demoted(entry_for(gemm(1024), device, 1.0, 2.0), "made the model step slower")
+    res = resolved(gemm(1000), lo, hi, device=device)
+    assert res.layer == "demoted" and res.config is dispatch.TORCH and res.entry is not None
+    assert res.entry.key == hi.key
+
+
+@pytest.mark.parametrize(
+    "other", [{"dtype": "float16"}, {"b_layout": "col"}, {"activation": "gelu"}, {"has_bias": True}]
+)
+def test_a_bucket_never_crosses_another_field(isolated_cache, other) -> None:
+    edges = [entry_for({**gemm(m), **other}, H200, 1.0, 2.0) for m in (768, 1024)]
+    assert resolved(gemm(1000), *edges).layer == "torch"
+    assert resolved({**gemm(1000), **other}, *edges).layer == "bucket"
+
+
+def test_an_untuned_edge_and_another_device_get_no_bucket(isolated_cache) -> None:
+    edges = [entry_for(gemm(m), H200, 1.0, 2.0) for m in (768, 1024)]
+    assert resolved(gemm(1024)).layer == "torch"  # an edge itself: its own entry or nothing
+    other_gpu = dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3")
+    assert resolved(gemm(1000), *edges, device=other_gpu).layer == "torch"
+
+
+def test_an_upper_config_invalid_at_m_leaves_torch(isolated_cache, monkeypatch) -> None:
+    lo, hi = entry_for(gemm(768), H200, 1.0, 2.0), entry_for(gemm(1024), H200, 1.0, 2.0)
+    valid = SPEC.space.is_valid
+
+    def is_valid(self, config, problem, device) -> bool:  # hi's config breaks a rule at m=1000 only
+        return valid(config, problem, device) and (self is not SPEC.space or problem["m"] != 1000)
+
+    monkeypatch.setattr(type(SPEC.space), "is_valid", is_valid)
+    res = resolved(gemm(1000), lo, hi)
+    assert res.layer == "torch" and "breaks" in res.note
+
+
+def test_an_own_entry_wins_over_the_bucket(isolated_cache) -> None:
+    edges = [entry_for(gemm(m), H200, 1.0, 2.0) for m in (768, 1024)]
+    own = entry_for(gemm(1000), H200, 1.0, 2.0)
+    assert resolved(gemm(1000), *edges, own).layer == "cache"
+
+
+def test_the_interpreter_runs_the_bucket_config(isolated_cache) -> None:
+    """In the interpreter (no torch times) both edges suffice: an op call at m=6 runs the config tuned at m=8."""
+    problems = {m: make_problem(m, 32, 48, "float32") for m in (4, 8)}
+    store = Store()
+    try:
+        for problem in problems.values():
+            store.put(entry_for(problem, INTERPRETER, 1.0, None))
+    finally:
+        store.close()
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(6, 48, generator=gen), torch.randn(48, 32, generator=gen)
+    got = ops.matmul(a, b)
+    torch.testing.assert_close(got, a @ b, atol=1e-2, rtol=1e-2)
+    served = dispatch.dispatcher("gemm").served_by
+    assert list(served.values()) == ["bucket"], served
+
+
+def test_a_recorded_plan_holds_the_bucket_edges(isolated_cache, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(0)
+    b = torch.randn(48, 32, generator=gen)
+    exact = tunekit.record_problems(tmp_path / "exact.jsonl", buckets=False)
+    with tunekit.record_problems(tmp_path / "plan.jsonl") as seen, exact:
+        for m in (5, 6, 7, 8, 3):
+            ops.matmul(torch.randn(m, 48, generator=gen), b)
+    assert sorted(p["m"] for _, p in seen.problems) == [3, 5, 6, 7, 8]
+    plan = read_plan(tmp_path / "plan.jsonl")
+    assert [p["m"] for _, p in plan] == [4, 8, 2], plan  # 5 -> (4, 8); 8 is an edge; 3 -> (2, 4)
+    assert {k for k, _ in plan} == {"gemm"}
+    lines = [json.loads(line) for line in (tmp_path / "plan.jsonl").read_text().splitlines()]
+    assert [line.get("serves") for line in lines] == [{"m": [3, 5, 6, 7]}, {"m": [5, 6, 7]}, {"m": [3]}]
+    assert sorted(p["m"] for _, p in read_plan(tmp_path / "exact.jsonl")) == [3, 5, 6, 7, 8]
+
+
+def test_the_layer_is_known_to_dispatch() -> None:
+    assert "bucket" in dispatch.LAYERS and "bucket" not in dispatch.UNTUNED
+    assert buckets.BUCKET_MARGIN > 1.0
