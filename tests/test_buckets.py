@@ -175,3 +175,47 @@ def test_a_recorded_plan_holds_the_bucket_edges(isolated_cache, tmp_path: Path) 
 def test_the_layer_is_known_to_dispatch() -> None:
     assert "bucket" in dispatch.LAYERS and "bucket" not in dispatch.UNTUNED
     assert buckets.BUCKET_MARGIN > 1.0
+
+
+def test_show_names_the_bucket_layer_and_why(isolated_cache) -> None:
+    from typer.testing import CliRunner
+
+    from tunekit.cli import app
+
+    store = Store()
+    try:
+        store.put(entry_for(make_problem(8, 32, 48, "float32"), INTERPRETER, 1.0, None))
+    finally:
+        store.close()
+    show = ["show", "--kernel", "gemm", "--shape", "6x32x48", "--dtype", "float32"]
+    result = CliRunner().invoke(app, show)
+    assert result.exit_code == 0, result.output
+    assert "(m=6 in bucket (4, 8): no tuned entry at m=4)" in result.output  # the interpreter: nearest serves it
+    store = Store()
+    try:
+        store.put(entry_for(make_problem(4, 32, 48, "float32"), INTERPRETER, 1.0, None))
+    finally:
+        store.close()
+    result = CliRunner().invoke(app, [*show, "--json"])
+    assert result.exit_code == 0, result.output
+    (served,) = json.loads(result.output)["resolutions"]
+    assert served["layer"] == "bucket" and served["bucket"] == "m=6 in bucket (4, 8): the config tuned at 8"
+
+
+def test_tune_models_demotion_of_a_bucket_served_m_demotes_its_edge(isolated_cache) -> None:
+    """tunekit.tune_model demotes what slowed a model step; an m the bucket layer served has no entry of its own, so
+    the edge whose config served it is demoted, and the bucket then serves torch."""
+    from tunekit.evaluation import tune_model
+
+    store = Store()
+    try:
+        for m in (4, 8):
+            store.put(entry_for(make_problem(m, 32, 48, "float32"), INTERPRETER, 1.0, None))
+    finally:
+        store.close()
+    problem = make_problem(6, 32, 48, "float32")
+    assert resolved(problem, device=INTERPRETER).layer == "bucket"
+    key = ("gemm", SPEC.problem_key(problem))
+    tune_model._demote([key], {key: "the step ran 5% faster without it"})
+    res = resolved(problem, device=INTERPRETER)
+    assert res.layer == "demoted" and res.config is dispatch.TORCH and "the entry at 8 is demoted" in res.note

@@ -95,13 +95,13 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     local = store.scope_entries(spec.name, device.key) if store is not None else []
     entry = nearest_entry(spec, problem, device, [*local, *shipped_scope(spec.name, device.key)])
     if entry is not None:
-        return Resolution("nearest", entry.config, entry)
+        return Resolution("nearest", entry.config, entry, note)
     from tunekit.tuning.untuned import model_pick  # the model: only where Triton serves untuned problems
 
     pick = model_pick(spec, problem, device)
     if pick is not None:
-        return Resolution("model", pick)
-    return Resolution("heuristic", spec.heuristic(problem, device))
+        return Resolution("model", pick, note=note)
+    return Resolution("heuristic", spec.heuristic(problem, device), note=note)
 
 
 def _own(store: Store | None, key: CacheKey) -> Entry | None:
