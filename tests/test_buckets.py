@@ -41,6 +41,12 @@ def entry_for(problem: Problem, device: DeviceFingerprint, time_ms: float, torch
     return Entry(key, dict(SPEC.heuristic(problem, device)), time_ms, device.to_json(), provenance)
 
 
+def other_than(entry: Entry, problem: Problem) -> Entry:
+    """`entry` with another valid config than its own (so the served config was not measured at this edge)."""
+    config = next(c for c in SPEC.space.valid_configs(problem, H200) if config_id(c) != config_id(entry.config))
+    return dataclasses.replace(entry, config=config)
+
+
 def resolved(problem: Problem, *entries: Entry, device: DeviceFingerprint = H200) -> dispatch.Resolution:
     store = Store()
     try:
@@ -67,23 +73,27 @@ def test_the_edges_are_powers_of_two_then_half_octaves() -> None:
 
 
 def test_an_m_between_two_edges_that_beat_torch_is_served_the_upper_edges_config(isolated_cache) -> None:
-    lo, hi = entry_for(gemm(768), H200, 1.0, 1.5), entry_for(gemm(1024), H200, 1.2, 1.5)
+    hi = entry_for(gemm(1024), H200, 1.2, 1.5)
+    lo = other_than(entry_for(gemm(768), H200, 1.0, 1.5), gemm(768))
     res = resolved(gemm(1000), lo, hi)
     assert res.layer == "bucket" and res.entry is not None and res.entry.key == hi.key
     assert config_id(res.config) == config_id(hi.config)
-    assert "(768, 1024)" in res.note and "1.50x" in res.note and "1.25x" in res.note
+    assert res.note == (
+        "m=1000 in bucket (768, 1024): the config tuned at 1024 (the best config at 768 1.50x torch at 768, the "
+        "config tuned at 1024 1.25x torch at 1024)"
+    )
 
 
 @pytest.mark.parametrize(
     ("lo_times", "hi_times", "why"),
     [
-        ((1.0, 1.05), (1.0, 2.0), "the entry at 768 is 1.05x torch"),  # lo faster than torch, but under the margin
-        ((1.0, 2.0), (1.0, 0.9), "the entry at 1024 is 0.90x torch"),  # hi slower than torch
+        ((1.0, 1.05), (1.0, 2.0), "the best config at 768 is 1.05x torch at 768"),  # faster, but under the margin
+        ((1.0, 2.0), (1.0, 0.9), "the config tuned at 1024 is 0.90x torch at 1024"),  # slower than torch
         ((1.0, None), (1.0, 2.0), "the entry at 768 holds no torch time"),
     ],
 )
 def test_an_edge_not_beating_torch_by_the_margin_leaves_torch(isolated_cache, lo_times, hi_times, why) -> None:
-    lo, hi = entry_for(gemm(768), H200, *lo_times), entry_for(gemm(1024), H200, *hi_times)
+    lo, hi = other_than(entry_for(gemm(768), H200, *lo_times), gemm(768)), entry_for(gemm(1024), H200, *hi_times)
     res = resolved(gemm(1000), lo, hi)
     assert res.layer == "torch" and res.config is dispatch.TORCH
     assert why in res.note
@@ -219,3 +229,19 @@ def test_tune_models_demotion_of_a_bucket_served_m_demotes_its_edge(isolated_cac
     tune_model._demote([key], {key: "the step ran 5% faster without it"})
     res = resolved(problem, device=INTERPRETER)
     assert res.layer == "demoted" and res.config is dispatch.TORCH and "the entry at 8 is demoted" in res.note
+
+
+@pytest.mark.parametrize(("measured_ms", "layer"), [(1.9, "torch"), (1.5, "bucket")])
+def test_where_the_lower_edge_measured_the_upper_config_its_own_time_there_decides(
+    isolated_cache, measured_ms, layer
+) -> None:
+    """lo's best beats torch 2x, but the config that would serve (hi's) was also measured at lo: its time decides."""
+    from tunekit.store.entry import TrialRecord
+
+    hi = entry_for(gemm(1024), H200, 1.0, 2.0)
+    lo = entry_for(gemm(768), H200, 1.0, 2.0)
+    lo = dataclasses.replace(other_than(lo, gemm(768)), trials=(TrialRecord(dict(hi.config), "ok", measured_ms),))
+    res = resolved(gemm(1000), lo, hi)
+    assert res.layer == layer
+    speed = f"{2.0 / measured_ms:.2f}x"
+    assert f"the config tuned at 1024 {'is ' if layer == 'torch' else ''}{speed} torch at 768" in res.note

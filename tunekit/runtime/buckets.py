@@ -8,10 +8,13 @@ field equal, dtype, layouts and flags included):
   device), whose config is valid for its own problem;
 - neither is demoted (tunekit.store.entry.DEMOTED): a demoted edge serves torch to the whole bucket (layer
   "demoted", on every device, as dispatch serves a demoted entry);
-- on a GPU, both hold torch's time as the tuner measured it, and each beats it by BUCKET_MARGIN: time_ms *
-  BUCKET_MARGIN <= torch_ms. The margin covers what lies between the edges: the hi config runs at most hi's tile
-  rows, so its time at M is at most its time at hi, while torch's time at M is at least its time at lo where both
-  grow with M; the margin is for the non-monotone part (waves, cuBLAS switching kernels) and timing noise;
+- on a GPU, both hold torch's time as the tuner measured it, and the served config (hi's) beats torch at both
+  edges by BUCKET_MARGIN: torch_ms >= BUCKET_MARGIN * its time. At hi that is hi's best; at lo, its time among lo's
+  measured trials where lo's tuning run measured it, else lo's best (which is no slower than hi's config at lo: a
+  weaker check, said in the note). Why both edges: where both times are affine in M across the bucket (a fixed
+  cost plus a cost per row), their ratio is monotone in M, so a config that beats torch at both edges beats it
+  everywhere between them; the margin is for what is not affine (wave quantization: a partial last wave, cuBLAS
+  switching kernels at some M) and for timing noise;
 - hi's config is valid for M (the space's rules, e.g. GROUP_M with one row of tiles).
 Then hi's config serves M (layer "bucket"); otherwise the problem is untuned (torch on a GPU), and the refusal's
 reason goes with the resolution (`tunekit show --kernel gemm --shape ...` prints it).
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tunekit.core.device import DeviceFingerprint
-from tunekit.core.space import Config, Problem
+from tunekit.core.space import Config, Problem, config_id
 from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import DEMOTED, Entry
 from tunekit.store.key import CacheKey
@@ -56,9 +59,15 @@ def _edge(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, lookup:
     return entry
 
 
-def _speedup(entry: Entry) -> float | None:
+def _speedup(entry: Entry, config: Config) -> tuple[float | None, bool]:
+    """torch's time at the entry's problem over `config`'s there, and whether `config` was measured there: among the
+    entry's trials where its tuning run measured `config`, else the entry's best (no slower than `config` there)."""
     torch_ms = torch_time(entry.provenance)
-    return None if torch_ms is None or entry.time_ms <= 0 else torch_ms / entry.time_ms
+    wanted = config_id(config)
+    own = [t.time_ms for t in entry.trials if t.status == "ok" and t.time_ms and config_id(t.config) == wanted]
+    own += [entry.time_ms] if config_id(entry.config) == wanted else []
+    time_ms = min(own) if own else entry.time_ms
+    return (None if torch_ms is None or time_ms <= 0 else torch_ms / time_ms), bool(own)
 
 
 def bucket_resolution(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, lookup: Lookup) -> Bucketed | None:
@@ -83,16 +92,17 @@ def bucket_resolution(spec: KernelSpec, problem: Problem, device: DeviceFingerpr
     speeds = []
     if spec.torch_fallback and not device.is_interpreter:
         for edge, timed_entry in edges.items():
-            speedup = None if timed_entry is None else _speedup(timed_entry)
+            speedup, measured = (None, False) if timed_entry is None else _speedup(timed_entry, upper.config)
+            whose = f"the config tuned at {hi}" if edge == hi or measured else f"the best config at {lo}"
             if speedup is None:
                 return _refused(f"{span}: the entry at {edge} holds no torch time")
             if speedup < BUCKET_MARGIN:
-                return _refused(f"{span}: the entry at {edge} is {speedup:.2f}x torch (needs {BUCKET_MARGIN:.2f}x)")
-            speeds.append(f"{speedup:.2f}x")
+                return _refused(f"{span}: {whose} is {speedup:.2f}x torch at {edge} (needs {BUCKET_MARGIN:.2f}x)")
+            speeds.append(f"{whose} {speedup:.2f}x torch at {edge}")
     if not spec.space.is_valid(upper.config, problem, device):
         rules = ", ".join(spec.space.violations(upper.config, problem, device))
         return _refused(f"{span}: the config of {hi} breaks {rules} here")
-    timed = f" (edges {' and '.join(speeds)} torch)" if speeds else ""
+    timed = f" ({', '.join(speeds)})" if speeds else ""
     return Bucketed("bucket", upper.config, upper, f"{span}: the config tuned at {hi}{timed}")
 
 
