@@ -234,6 +234,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         )
     lines.append("torch/cfg: torch's time / the bucket config's at this M (> 1: the config is faster); served: torch's "
                  "time / the time of what dispatch serves for this M (1.00 where torch serves it)")  # fmt: skip
+    lines += [f"  {r['shape']} M={r['m']}: {r['note']}" for r in rows if r["note"]]
     return "\n".join(lines)
 
 
