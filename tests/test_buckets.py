@@ -43,7 +43,10 @@ def entry_for(problem: Problem, device: DeviceFingerprint, time_ms: float, torch
 
 def other_than(entry: Entry, problem: Problem) -> Entry:
     """`entry` with another valid config than its own (so the served config was not measured at this edge)."""
-    config = next(c for c in SPEC.space.valid_configs(problem, H200) if config_id(c) != config_id(entry.config))
+    space = SPEC.space
+    config = next(
+        c for c in space.all_configs() if space.is_valid(c, problem, H200) and config_id(c) != config_id(entry.config)
+    )
     return dataclasses.replace(entry, config=config)
 
 
@@ -245,3 +248,22 @@ def test_where_the_lower_edge_measured_the_upper_config_its_own_time_there_decid
     assert res.layer == layer
     speed = f"{2.0 / measured_ms:.2f}x"
     assert f"the config tuned at 1024 {'is ' if layer == 'torch' else ''}{speed} torch at 768" in res.note
+
+
+def test_tune_plan_over_a_recorded_plan_tunes_the_edges_that_then_serve_the_bucket(isolated_cache, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from tunekit.cli import app
+
+    gen = torch.Generator().manual_seed(0)
+    b = torch.randn(48, 32, generator=gen)
+    a5, a6 = torch.randn(5, 48, generator=gen), torch.randn(6, 48, generator=gen)
+    with tunekit.record_problems(tmp_path / "plan.jsonl"):
+        ops.matmul(a5, b), ops.matmul(a6, b)
+    result = CliRunner().invoke(app, ["tune", "--plan", str(tmp_path / "plan.jsonl"), "--trials", "2"])
+    assert result.exit_code == 0, result.output
+    with Store() as store:
+        assert sorted(dict(e.key.problem)["m"] for e in store.entries()) == [4, 8]  # the edges, not 5 and 6
+    dispatch.reset_all()
+    torch.testing.assert_close(ops.matmul(a6, b), a6 @ b, atol=1e-2, rtol=1e-2)
+    assert list(dispatch.dispatcher("gemm").served_by.values()) == ["bucket"]
