@@ -4,7 +4,7 @@ A kernel whose problem has a token (row) dimension with exact sizes in its key d
 (`KernelSpec.token_buckets`): the field, the bucket edges, and the problems it applies to. Then
 - a recorded plan holds the bucket edges around each token count a run met, not the count itself
   (tunekit.runtime.recorder): a deployment that meets every M from 1 to 16384 tunes at most ~2 edges per octave
-  (26 problems per layer shape), not thousands;
+  (21 problems per layer shape), not thousands;
 - dispatch serves a token count between two edges from the upper edge's entry (layer "bucket"), only where both
   edges are tuned and both beat torch by a margin (tunekit.runtime.buckets); otherwise torch, as for any untuned
   problem.
