@@ -24,6 +24,7 @@ import tunekit.core.backend  # noqa: F401
 
 # isort: split
 
+from tunekit.core.buckets import TokenBuckets
 from tunekit.core.spec import KernelSpec, Tolerance
 from tunekit.kernels.gemm.host import launch, layout_of, tensors_aligned16
 from tunekit.kernels.gemm.perf_model import MODEL
@@ -73,6 +74,9 @@ SPEC = KernelSpec.of_module(
     model=MODEL,
     dependent_params=frozenset({"SPLIT_K", "GROUP_M"}),
     problem_values={"a_layout": LAYOUTS, "b_layout": LAYOUTS, "activation": ACTIVATIONS},
+    # m counts tokens where A is row-major (a linear layer's forward and its dX = dY W); a column-major A is a
+    # transposed activation (dW = X^T dY), whose m is a layer width: those problems keep their exact m.
+    token_buckets=TokenBuckets("m", when={"a_layout": ("row",)}),
 )
 
 __all__ = [

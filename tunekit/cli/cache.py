@@ -105,12 +105,14 @@ def _show_served(
         served.append(
             {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
             | ({"other_triton": res_note} if res_note else {})
+            | ({"bucket": res.note} if res.note else {})
         )
         if not json_out:
             say(f"{kernel} {problem_text(spec, problem)}")
             say(f"  served by {res.layer}: {config_text(spec, res.config)}")
-            if res_note:
-                say(f"  ({res_note})")
+            for note in (res_note, res.note):
+                if note:
+                    say(f"  ({note})")
     if json_out:
         print(json.dumps({"device": device_json(device), "resolutions": served}, indent=1))
 

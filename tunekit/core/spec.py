@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tunekit.core.buckets import TokenBuckets
 from tunekit.core.errors import TunekitError
 from tunekit.core.identity import HostWalk, SourceOf, function_source, make_identity, space_digest, walk_host, walk_jit
 from tunekit.core.space import Config, Problem, SearchSpace, Value
@@ -108,6 +109,10 @@ class KernelSpec:
     # layout, an activation) or a range of ints (a size that may be 0). Undeclared: dtype is one of `tolerances`,
     # an int field a size in [1, 2^40) (tunekit/core/problems.py checks every problem that enters by these).
     problem_values: Mapping[str, tuple[Value, ...] | range] = field(default_factory=dict)
+    # The problem field that counts tokens (rows), where the key holds it exact, and its bucket edges
+    # (tunekit/core/buckets.py): plans record the edges around a count, and dispatch may serve a count between two
+    # tuned edges from the upper one's entry (tunekit/runtime/buckets.py). None: every count is its own problem.
+    token_buckets: TokenBuckets | None = None
 
     @classmethod
     def of_module(cls, module: str, **declared: Any) -> KernelSpec:

@@ -32,7 +32,7 @@ from tunekit.core.registry import get_spec
 from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
 from tunekit.integrations.patching import patch
-from tunekit.runtime.dispatch import reset_all, served_configs, serving
+from tunekit.runtime.dispatch import reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import record_problems
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import demoted
@@ -179,6 +179,9 @@ def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:
             spec = get_spec(kernel)
             ckey = CacheKey.make(spec.name, spec.source_hash, device.key, spec.problem_dict(key))
             entry = store.get(ckey) or shipped_entries().get(ckey)
+            if entry is None:  # served from its token bucket: demote the edge that served it (the bucket: torch)
+                served = resolve(spec, spec.problem_dict(key), device, store)
+                entry = served.entry if served.layer == "bucket" else None
             if entry is not None:
                 store.put(demoted(entry, why[(kernel, key)]))
     reset_all()
@@ -292,7 +295,8 @@ def tune_model(
     clock = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tunekit-tune-model-") as tmp:
         plan_path = Path(plan) if plan is not None else Path(tmp) / "plan.jsonl"
-        with record_problems(plan_path) as recorder:
+        # buckets=False: the steps' own problems, not token-bucket edges: the steps are what is timed and verified
+        with record_problems(plan_path, buckets=False) as recorder:
             for step in steps.values():
                 _call_of(model, step)()
         before = served_configs()

@@ -40,9 +40,11 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
     if is_user_kernel(data["kernel"]):
         return user_plan_item(data)  # checked as data: the kernel is imported only by `tune --plan`
     spec = get_spec(data["kernel"])
-    extra = sorted(set(data) - {"kernel", "problem", "shape", "dtype"})
+    extra = sorted(set(data) - {"kernel", "problem", "shape", "dtype", "serves"})
     if extra:
         raise TunekitError(f'unknown fields {extra}: an item has "kernel" and "problem", or "shape" and "dtype"')
+    if not isinstance(data.get("serves", {}), dict):  # a bucket edge's token counts (tunekit.runtime.recorder)
+        raise TunekitError('"serves" must be an object: the token counts a bucket edge stands for')
     if "problem" in data:
         if "shape" in data or "dtype" in data:
             raise TunekitError('give "problem", or "shape" and "dtype", not both')

@@ -1,4 +1,5 @@
-"""The dispatch chain: memo -> user cache -> shipped databases -> (untuned) torch's own op, or in the
+"""The dispatch chain: memo -> user cache -> shipped databases -> the bucket of a token count between two tuned
+edges, where both beat torch (tunekit.runtime.buckets) -> (untuned) torch's own op, or in the
 interpreter (or with TUNEKIT_UNTUNED=triton) the nearest tuned problem -> the model's pick (the learned ranker's
 top config, where the device has limits to model) -> heuristic default.
 
@@ -29,7 +30,7 @@ from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
 from tunekit.launch import watch as launch_watch
-from tunekit.runtime import compile_policy, hotpath, recorder, version_policy
+from tunekit.runtime import buckets, compile_policy, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
 from tunekit.store.entry import DEMOTED, Entry
@@ -41,8 +42,8 @@ from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS, TORCH_CANDIDATE, tor
 logger = logging.getLogger("tunekit")
 
 LAYERS = (
-    "cache", "shipped", "torch-measured", "torch-launch-bound", "demoted", "torch", "nearest", "model", "heuristic",
-    "tuned",
+    "cache", "shipped", "torch-measured", "torch-launch-bound", "demoted", "bucket", "torch", "nearest", "model",
+    "heuristic", "tuned",
 )  # fmt: skip
 TORCH: Config = TORCH_CANDIDATE  # served config meaning "run torch's own op" (one object: ops test `is TORCH`)
 UNTUNED = ("torch", "nearest", "model", "heuristic")  # layers that serve a problem with no entry of its own
@@ -53,6 +54,7 @@ class Resolution:
     layer: str
     config: Config
     entry: Entry | None = None
+    note: str = ""  # the bucket layer's reason, where it served or refused a token count (tunekit.runtime.buckets)
 
 
 def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
@@ -85,18 +87,26 @@ def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store
     entry = version_policy.checked_entry(spec, problem, device, shipped)  # recorded under another Triton
     if entry is not None:
         return _tuned(spec, "shipped", entry, device)
+    bucketed = buckets.bucket_resolution(spec, problem, device, lambda k: _own(store, k) or shipped.get(k))
+    if bucketed is not None and bucketed.layer:
+        return Resolution(bucketed.layer, bucketed.config, bucketed.entry, bucketed.note)
+    note = bucketed.note if bucketed is not None else ""
     if spec.torch_fallback and not device.is_interpreter and settings.untuned() == "torch":
-        return Resolution("torch", TORCH)
+        return Resolution("torch", TORCH, note=note)
     local = store.scope_entries(spec.name, device.key) if store is not None else []
     entry = nearest_entry(spec, problem, device, [*local, *shipped_scope(spec.name, device.key)])
     if entry is not None:
-        return Resolution("nearest", entry.config, entry)
+        return Resolution("nearest", entry.config, entry, note)
     from tunekit.tuning.untuned import model_pick  # the model: only where Triton serves untuned problems
 
     pick = model_pick(spec, problem, device)
     if pick is not None:
-        return Resolution("model", pick)
-    return Resolution("heuristic", spec.heuristic(problem, device))
+        return Resolution("model", pick, note=note)
+    return Resolution("heuristic", spec.heuristic(problem, device), note=note)
+
+
+def _own(store: Store | None, key: CacheKey) -> Entry | None:
+    return store.get(key) if store is not None else None
 
 
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
