@@ -31,6 +31,12 @@ SPEC = get_spec("gemm")
 N, K = 4000, 4000  # widths no shipped database holds
 
 
+@pytest.fixture(autouse=True)
+def buckets_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bucket layer as TUNEKIT_BUCKETS=1 turns it on for GPUs (off by default: see test_off_by_default...)."""
+    monkeypatch.setenv("TUNEKIT_BUCKETS", "1")
+
+
 def gemm(m: int, dtype: str = "bfloat16", **fields: object) -> dict:
     return dict(make_problem(m, N, K, dtype, **fields))  # type: ignore[arg-type]
 
@@ -101,6 +107,14 @@ def test_an_edge_not_beating_torch_by_the_margin_leaves_torch(isolated_cache, lo
     res = resolved(gemm(1000), lo, hi)
     assert res.layer == "torch" and res.config is dispatch.TORCH
     assert why in res.note
+
+
+def test_off_by_default_on_a_gpu_serves_torch_between_edges(isolated_cache, monkeypatch) -> None:
+    monkeypatch.delenv("TUNEKIT_BUCKETS")
+    hi = entry_for(gemm(1024), H200, 1.2, 1.5)
+    lo = other_than(entry_for(gemm(768), H200, 1.0, 1.5), gemm(768))
+    res = resolved(gemm(1000), lo, hi)
+    assert res.layer == "torch" and "TUNEKIT_BUCKETS=1" in res.note
 
 
 @pytest.mark.parametrize("edge", [768, 1024])

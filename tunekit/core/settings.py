@@ -25,6 +25,12 @@ ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
     ("TUNEKIT_TUNE_ON_MISS_TRIALS", "trial budget for tune-on-miss", "20"),
     ("TUNEKIT_UNTUNED", "no entry, on a GPU: torch (its own op) or triton (nearest, heuristic)", "torch"),
     (
+        "TUNEKIT_BUCKETS",
+        "1: on a GPU, a token count between two tuned bucket edges is served the upper edge's config where both "
+        "edges beat torch by 10% (off: measured slower than torch in between, tests/gpu/m_buckets.py)",
+        "0",
+    ),
+    (
         "TUNEKIT_OTHER_TRITON",
         "entries recorded under another Triton version: check (serve each after a one-time check here) or "
         "never (torch serves instead)",
@@ -89,6 +95,10 @@ def strict() -> bool:
 
 def tune_on_miss() -> bool:
     return _flag("TUNEKIT_TUNE_ON_MISS")
+
+
+def buckets() -> bool:
+    return _flag("TUNEKIT_BUCKETS")
 
 
 def tune_on_miss_trials() -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Config, Problem, config_id
 from tunekit.core.spec import KernelSpec
@@ -90,6 +91,9 @@ def bucket_resolution(spec: KernelSpec, problem: Problem, device: DeviceFingerpr
     upper = edges[hi]
     assert upper is not None
     speeds = []
+    if spec.torch_fallback and not device.is_interpreter and not settings.buckets():
+        # Measured on the H200: both edges 1.60-1.85x torch, in between 0.36-0.71x (Qwen2-7B's o_proj, M 72-120).
+        return _refused(f"{span}: bucket serving is off on GPUs (TUNEKIT_BUCKETS=1)")
     if spec.torch_fallback and not device.is_interpreter:
         for edge, timed_entry in edges.items():
             speedup, measured = (None, False) if timed_entry is None else _speedup(timed_entry, upper.config)
