@@ -7,7 +7,10 @@ Qwen2-7B prefill problems (TUNEKIT_CACHE_DIR holding tuned entries). CUDA-event 
 
 from __future__ import annotations
 
+import os
+
 import torch
+import torch._inductor.config
 import triton.testing
 
 import tunekit.ops as tk
@@ -40,6 +43,12 @@ CASES = {
 
 def ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
+
+
+# Inductor passes a kernel's Python-float arguments as fp64 (its `_use_fp64_for_unbacked_floats`), which turns
+# fp32 epilogue math into fp64; TUNEKIT_FP32_SCALARS=1 measures with fp32 scalars, as Triton's own JIT passes them.
+if os.environ.get("TUNEKIT_FP32_SCALARS") == "1":
+    torch._inductor.config._use_fp64_for_unbacked_floats = False
 
 
 def main() -> None:

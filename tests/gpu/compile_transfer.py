@@ -24,6 +24,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+import torch._inductor.config
 from model_transfer import held_out  # tests/gpu/, beside this script
 
 from tunekit.core.device import fingerprint
@@ -116,6 +117,12 @@ def agreement(base, other, mode: str, step_name: str, ids) -> dict[str, float]:
     mine = out(torch.compile(other))
     alone = out(torch.compile(base))
     return {"diff_tunekit": float((mine - eager).abs().max()), "diff_compile": float((alone - eager).abs().max())}
+
+
+# Inductor passes a kernel's Python-float arguments as fp64 (its `_use_fp64_for_unbacked_floats`), which turns
+# fp32 epilogue math into fp64; TUNEKIT_FP32_SCALARS=1 measures with fp32 scalars, as Triton's own JIT passes them.
+if os.environ.get("TUNEKIT_FP32_SCALARS") == "1":
+    torch._inductor.config._use_fp64_for_unbacked_floats = False
 
 
 def main() -> None:
