@@ -52,3 +52,31 @@ def toy_entry(toy, device, time_ms, block=16, rows=8, timer="fake", cols=32, var
     config = {**e.config, "variant": variant}
     trials = (TrialRecord(config, "ok", time_ms), *e.trials[1:])
     return Entry(key, config, e.time_ms, e.device, {**e.provenance, "timer": timer}, trials)
+
+
+# ------------------------------------------------------------------------------------------ compiled graphs
+
+
+def keep_targets(targets: list[str]) -> Any:
+    """An AOT-autograd graph compiler that appends each graph's call targets to `targets` and runs it as is."""
+
+    def keep(gm: Any, _: object) -> Any:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    return keep
+
+
+def compiled_targets(fn: Any, *args: Any, **compile_kwargs: Any) -> tuple[list[str], Any]:
+    """The call targets of the forward graph torch.compile(fullgraph=True) builds for fn (after AOT autograd
+    decomposes it), and fn's compiled output, without grad."""
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+
+    targets: list[str] = []
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep_targets(targets))
+    with torch.no_grad():
+        out = torch.compile(fn, fullgraph=True, backend=backend, **compile_kwargs)(*args)
+    torch._dynamo.reset()
+    return targets, out

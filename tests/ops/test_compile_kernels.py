@@ -12,6 +12,7 @@ import logging
 
 import pytest
 import torch
+from helpers import compiled_targets, keep_targets
 from torch._dynamo.backends.common import aot_autograd
 
 import tunekit.ops as tk
@@ -44,26 +45,11 @@ class Block(torch.nn.Module):
         return tk.sum(tk.softmax(h, dim=-1) * h, dim=-1)
 
 
-def _compiled_targets(fn, *args: torch.Tensor) -> tuple[list[str], torch.Tensor]:
-    """The call targets of the forward graph torch.compile(fullgraph=True) builds for fn, and its output."""
-    targets: list[str] = []
-
-    def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
-        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        out = torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep))(*args)
-    torch._dynamo.reset()
-    return targets, out
-
-
 @pytest.mark.usefixtures("swapped_under_compile")
 def test_served_kernels_are_graph_nodes_with_no_op_dispatch() -> None:
     block = Block()
     x = torch.randn(2, 5, 32)
-    targets, out = _compiled_targets(block, x)
+    targets, out = compiled_targets(block, x)
     kernels = [t for t in targets if KERNEL_NODE in t]
     # rms_norm, two GEMMs (the second with its residual), softmax, sum: one launch each at least
     assert len(kernels) >= 5, targets
@@ -109,7 +95,7 @@ def test_the_stored_under_compile_choice_is_served(
     def norm(x: torch.Tensor) -> torch.Tensor:
         return tk.rms_norm(x, (32,), weight, 1e-6) * 2
 
-    targets, out = _compiled_targets(norm, x)
+    targets, out = compiled_targets(norm, x)
     assert any(KERNEL_NODE in t for t in targets) is kernel_in_graph, targets
     assert not [t for t in targets if "tunekit" in t], targets
     torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (32,), weight, 1e-6) * 2, rtol=1e-5, atol=1e-5)
@@ -119,7 +105,7 @@ def test_an_op_with_no_chosen_kernel_traces_as_torchs_code(monkeypatch: pytest.M
     monkeypatch.setattr(compile_policy, "FORCED", None)
     dispatch.reset_all()
     block = Block()
-    targets, _ = _compiled_targets(block, torch.randn(2, 5, 32))
+    targets, _ = compiled_targets(block, torch.randn(2, 5, 32))
     assert not [t for t in targets if KERNEL_NODE in t or "tunekit" in t], targets
 
 
@@ -133,7 +119,7 @@ def test_the_compiled_kernel_probe_runs_the_kernel_as_a_graph_node() -> None:
     inductor_candidate._PROBES["test"] = (spec, spec.heuristic(problem, device), inputs)
     tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
     try:
-        targets, out = _compiled_targets(lambda ts: torch.ops.tunekit.compiled_launch(ts, "test"), tensors)
+        targets, out = compiled_targets(lambda ts: torch.ops.tunekit.compiled_launch(ts, "test"), tensors)
     finally:
         del inductor_candidate._PROBES["test"]
     assert [t for t in targets if KERNEL_NODE in t] and not [t for t in targets if "tunekit" in t], targets
@@ -145,18 +131,10 @@ def test_the_compiled_kernel_probe_runs_the_kernel_as_a_graph_node() -> None:
 def test_dynamic_shapes_trace_torchs_code() -> None:
     """With symbolic sizes there is no one problem to choose a config for: torch's code, which Inductor sizes."""
     block = Block()
-    targets: list[str] = []
-
-    def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
-        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm
-
-    torch._dynamo.reset()
-    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=aot_autograd(fw_compiler=keep))
     x = torch.randn(3, 7, 32)
+    targets, out = compiled_targets(block, x, dynamic=True)
     with torch.no_grad():
-        out, want = compiled(x), block(x)
-    torch._dynamo.reset()
+        want = block(x)
     assert targets and not [t for t in targets if KERNEL_NODE in t or "tunekit" in t], targets
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
 
@@ -165,16 +143,8 @@ def test_dynamic_shapes_trace_torchs_code() -> None:
 def test_training_graphs_hold_the_backward_kernels() -> None:
     block = Block()
     graphs: dict[str, list[str]] = {"forward": [], "backward": []}
-
-    def keeper(which: str):
-        def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
-            graphs[which].extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-            return gm
-
-        return keep
-
     torch._dynamo.reset()
-    backend = aot_autograd(fw_compiler=keeper("forward"), bw_compiler=keeper("backward"))
+    backend = aot_autograd(fw_compiler=keep_targets(graphs["forward"]), bw_compiler=keep_targets(graphs["backward"]))
     x = torch.randn(2, 5, 32, requires_grad=True)
     compiled = torch.compile(block, fullgraph=True, backend=backend)
     compiled(x).sum().backward()

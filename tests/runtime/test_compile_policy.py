@@ -89,22 +89,13 @@ def test_an_unknown_op_in_the_environment_is_one_line(monkeypatch: pytest.Monkey
 def test_a_patched_model_compiles_to_kernel_nodes_with_no_op_dispatch() -> None:
     """The forward graph AOT autograd hands the backend: tunekit's launches as Triton-kernel nodes, no tunekit op
     left for Python to dispatch per call, logits as eager's."""
-    from torch._dynamo.backends.common import aot_autograd
+    from helpers import compiled_targets
 
     eager, patched = _patched_qwen2()
     ids = torch.randint(0, 96, (2, 8))
-    targets: list[str] = []
-
-    def keep(gm: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
-        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm
-
-    torch._dynamo.reset()
+    targets, logits = compiled_targets(lambda i: patched(i, use_cache=False).logits, ids)
     with torch.no_grad():
-        compiled = torch.compile(patched, fullgraph=True, backend=aot_autograd(fw_compiler=keep))
-        logits = compiled(ids, use_cache=False).logits
         want = eager(ids, use_cache=False).logits
-    torch._dynamo.reset()
     assert sum("triton_kernel_wrapper" in t for t in targets) >= 4, targets  # norms, projections, RoPE
     assert not [t for t in targets if "tunekit" in t], targets
     torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)

@@ -50,7 +50,7 @@ def kernel_op(name: str) -> Callable[[Callable[..., Any]], CustomOpDef]:
 
 def _traced(inputs: Inputs) -> bool:
     """torch.compile tracing the op (its Python, or AOT autograd's decomposition of the op on fake tensors)."""
-    return torch.compiler.is_compiling() or is_traced(tuple(inputs), {})
+    return torch.compiler.is_compiling() or is_traced(inputs, {})
 
 
 def _symbolic(inputs: Inputs) -> bool:
