@@ -484,8 +484,8 @@ def rotary_embedding_calls(draw: st.DrawFn) -> Call:
 
     def rotary(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], t: dict[str, Any], wide: bool) -> torch.Tensor:
         c, s = (t["cos"], t["sin"]) if leaves else (cos, sin)
-        if wide:
-            c, s = c.double(), s.double()
+        if wide:  # complex cos or sin stay complex: torch's formula keeps their imaginary parts
+            c, s = (x.to(torch.complex128) if x.is_complex() else x.double() for x in (c, s))
         q_embed, k_embed = fn(t["q"], t["k"], c, s, unsqueeze_dim)
         return torch.cat((q_embed.flatten(), k_embed.flatten()))
 
