@@ -1,14 +1,16 @@
-"""Triton kernels, installed as tunekit.kernels: one module (or package) per family, each ending in its declaration
-(`SPEC = KernelSpec.of_module(...)`), which the registry (tunekit/registry.py) names.
+"""Triton kernels, installed as tunekit.kernels: one package per kernel family, one module per kernel, each
+ending in its declaration (`SPEC = KernelSpec.of_module(...)`), which the registry (tunekit/core/registry.py)
+names. A family's spaces sit in the same-named package under search_spaces/.
 
+Families: gemm/ (the fused-epilogue GEMM), norms/ (LayerNorm, RMSNorm, forward and backward), softmax/ (softmax,
+log-softmax, cross-entropy), reduction/ (sum, mean, max), pointwise/ (the fused elementwise chain, forward and
+backward), rope/ (rotary embedding, forward and backward). Each family package's docstring lists its modules; a
+`perf_model.py` in it is the family's tile geometry for the quantization model (tunekit/core/geometry.py).
+
+Shared host and jit code, in one place each:
 - common.py: the host helpers every kernel and space shares (powers of two, warps, element sizes, alignment, ...);
 - tolerances.py: what the declarations' tolerances share (how far a rounded fp16/bf16 result may lie);
-- layernorm.py, rmsnorm.py, softmax.py: row forward kernels; row_window.py: their aligned-window jit helpers;
-- layernorm_backward.py, rmsnorm_backward.py: the norm backwards (one set of jit kernels, IS_RMS); the four norms
-  declare themselves through layernorm.norm_spec (their problem's fields and CLI shape);
-- reduction.py, pointwise.py: sum/mean/max, and the fused elementwise chain;
-- rope.py, rope_backward.py: rotary position embedding of q and k and its adjoint (one set of jit kernels, BACKWARD);
-- gemm/: the fused-epilogue GEMM (jit kernels by variant family, host launch, problems, model, declaration);
-- rows_perf_model.py, reduction_perf_model.py, pointwise_perf_model.py, rope_perf_model.py (and gemm/perf_model.py):
-  each family's tile geometry for the quantization model (tunekit/geometry.py), declared as `KernelSpec.model`.
+- persistent.py: the persistent-tiling host helpers of the backward kernels;
+- row_window.py: the row kernels' aligned-window jit helpers (norms, softmax);
+- rows_perf_model.py: the row kernels' tile geometry (norms, softmax, cross-entropy, pointwise backward).
 """

@@ -1,5 +1,5 @@
 """What the persistent backward kernels share on the host: the tiling pattern their heuristics follow, and the
-torch baseline that times torch's backward alone (kernels/layernorm_backward.py, rmsnorm_backward.py,
+torch baseline that times torch's backward alone (kernels/norms/layernorm_backward.py, rmsnorm_backward.py,
 pointwise_backward.py)."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from tunekit.search_spaces.rows import HOLDS_ROWS
 
 # Registers per element of a program's register tile (each element also needs its fp32 temporaries).
 REGISTERS_PER_ELEMENT = {"single": 3, "looped": 4}  # looped lanes carry Welford's mean and M2 besides x
-# Measured with ptxas for sm_90 (search_spaces/layernorm_backward.py): ~24 + 7 per element.
+# Measured with ptxas for sm_90 (search_spaces/norms/layernorm_backward.py): ~24 + 7 per element.
 BACKWARD_REGISTERS_PER_ELEMENT = 7
 BACKWARD_OPS = 20  # fp32 operations per element of a norm backward, all passes together
 WORKSPACE_SMS = 132  # the SM count backward_model costs the partial-sum workspace for (see there)

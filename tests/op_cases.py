@@ -13,7 +13,7 @@ import tunekit.ops as ops
 
 _CE_TARGET = torch.tensor([3, -100, 0, 16, 7, 2])  # cross_entropy's class targets, one ignored
 # rotary_embedding's cos and sin: fixed (only q and k are leaves: cos or sin requiring grad runs torch's formula, see
-# tests/kernels/test_rope.py), of q's dtype as transformers casts them, with unequal halves.
+# tests/kernels/rope/test_rope.py), of q's dtype as transformers casts them, with unequal halves.
 _ROPE_GEN = torch.Generator().manual_seed(5)
 _COS, _SIN = (torch.rand(2, 5, 8, generator=_ROPE_GEN, dtype=torch.float64) * 2 - 1 for _ in range(2))
 

@@ -167,7 +167,12 @@ def test_the_wheel_holds_the_package_and_its_data(tmp_path):
         names = set(z.namelist())
         metadata = z.read(f"tunekit_triton-{tunekit.__version__}.dist-info/METADATA").decode()
         entry_points = z.read(f"tunekit_triton-{tunekit.__version__}.dist-info/entry_points.txt").decode()
-    assert {"tunekit/py.typed", "tunekit/__main__.py", "tunekit/search_spaces/gemm.py"} <= names
+    assert {
+        "tunekit/py.typed",
+        "tunekit/__main__.py",
+        "tunekit/search_spaces/gemm/gemm.py",
+        "tunekit/kernels/norms/layernorm.py",
+    } <= names
     installed_as = {"tunekit": "tunekit", "kernels": "tunekit/kernels", "search_spaces": "tunekit/search_spaces"}
     for top, prefix in installed_as.items():  # every (sub)package ships, with every module of it
         for init in (ROOT / top).rglob("__init__.py"):

@@ -17,7 +17,7 @@ from tunekit.core import backend
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.runtime.hotpath import traces_as_model_code
-from tunekit.search_spaces.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
+from tunekit.search_spaces.gemm.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 
 __all__ = ["LayerNorm", "Linear", "RMSNorm"]
 

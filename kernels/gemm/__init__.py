@@ -5,14 +5,14 @@ fresh row-major [M, N] of the input dtype. fp16/bf16 multiply on tensor cores wi
 inputs multiply as tf32. The epilogue (alpha, bias over N, activation, beta * residual) runs on the fp32
 accumulator, once, before the single rounding to the output dtype.
 
-Variants (see search_spaces/gemm.py): `grouped`, `persistent`, `splitk` (+ a reduce-and-epilogue kernel), `tma`
+Variants (see search_spaces/gemm/gemm.py): `grouped`, `persistent`, `splitk` (+ a reduce-and-epilogue kernel), `tma`
 (Hopper tensor descriptors) and `staged` (the tma kernel on copies of A and B whose leading strides are padded to
 16 bytes, for sizes that leave rows unaligned). The package:
 - tiles.py: the @triton.jit building blocks every variant shares (tile order, alignment hints, K loop, epilogue);
 - grouped.py, splitk.py, tma.py: the @triton.jit kernels, by variant family;
 - host.py: the host launch: layouts, alignment, the staged copies, tensor descriptors, each variant's grid;
 - problem.py: problems, inputs, the problem key of a launch, the heuristic and the references;
-- model.py: the tile geometry the quantization model reads;
+- perf_model.py: the tile geometry the quantization model reads;
 - this module: the declaration.
 """
 
@@ -44,7 +44,7 @@ from tunekit.kernels.gemm.problem import (
     torch_gemm,
 )
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
-from tunekit.search_spaces.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
+from tunekit.search_spaces.gemm.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
 
 SPEC = KernelSpec.of_module(
     __name__,

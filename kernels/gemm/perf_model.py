@@ -57,7 +57,7 @@ def gemm_geometry(config: Config, problem: Problem, warp_size: int) -> Geometry:
     # A and B operands in 32-bit registers, and BASE_REGISTERS for addresses, masks and loop state; capped at 255.
     accumulator = bm * bn / threads
     fragments = 2 * (bm + bn) * MMA_K * e / FP32_BYTES / threads
-    pipeline_smem = stages * (bm * bk + bk * bn) * e  # as search_spaces/gemm.py smem_bytes
+    pipeline_smem = stages * (bm * bk + bk * bn) * e  # as search_spaces/gemm/gemm.py smem_bytes
     # Triton reuses the pipeline buffers (dead after the K loop) for the epilogue's layout conversion.
     epilogue_smem = bm * bn * out_bytes
     persistent = variant in ("persistent", "tma", "staged")

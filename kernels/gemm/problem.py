@@ -19,7 +19,7 @@ from tunekit.kernels.common import (
     torch_activation,
 )
 from tunekit.kernels.gemm.host import layout_of, tensors_aligned16
-from tunekit.search_spaces.gemm import SPACE, has_tma, is_aligned16
+from tunekit.search_spaces.gemm.gemm import SPACE, has_tma, is_aligned16
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint

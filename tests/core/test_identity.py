@@ -237,7 +237,7 @@ def test_reformatting_and_moving_code_keeps_every_shipped_entry_servable(tmp_pat
     subprocess.run([*ruff, "format", *isolated, str(tmp_path)], check=True, capture_output=True)
     reorder = ["--select", "I", "--fix", "--config", "lint.isort.force-single-line = true"]
     subprocess.run([*ruff, "check", *isolated, *reorder, str(tmp_path)], check=True, capture_output=True)
-    moved = (tmp_path / "kernels" / "layernorm_jit.py").read_text()
+    moved = (tmp_path / "kernels" / "norms" / "layernorm_jit.py").read_text()
     assert "def _layernorm_fwd_single" in moved and "#" not in moved  # the rewrite really happened
     assert "def _gemm_grouped_kernel" in (tmp_path / "kernels" / "gemm" / "grouped_jit.py").read_text()
 

@@ -61,9 +61,9 @@ from tunekit.evaluation.report import check_then_time, copy_measurement, kernel_
 from tunekit.evaluation.results import BenchRun, read_run, timing_method
 from tunekit.evaluation.suite import SEED, families
 from tunekit.kernels.common import pow2_divisor
-from tunekit.kernels.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
+from tunekit.kernels.norms.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
 from tunekit.runtime.dispatch import dispatcher
-from tunekit.search_spaces.layernorm_backward import persistent_programs
+from tunekit.search_spaces.norms.layernorm_backward import persistent_programs
 from tunekit.search_spaces.rows import single_block_n
 from tunekit.tuning.bench import Timer, default_timer
 from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES
@@ -107,7 +107,7 @@ CASES = (
 
 # ---------------------------------------------------------------------------------------------- skeleton kernels
 # Kept compact by hand (one line per group of arguments, each pointer's shape beside it): ruff would give every
-# argument its own line. DIV > 1 is the norms' DIV (kernels/layernorm.py): what the host found dividing N and the
+# argument its own line. DIV > 1 is the norms' DIV (kernels/norms/layernorm.py): what the host found dividing N and the
 # row strides; softmax and reduction have none, so their mirrors pass 1 (Triton's own multiple-of-16 knowledge).
 # fmt: off
 
@@ -265,7 +265,7 @@ def _read_rows(
     M, N, stride_xm,
     DIV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The inner reduction's tiling (kernels/reduction.py _reduce_inner's sum path), no max or index work."""
+    """The inner reduction's tiling (kernels/reduction/reduction.py _reduce_inner's sum path), no max or index work."""
     N, stride_xm = _whole(N, DIV), _whole(stride_xm, DIV)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < M
@@ -600,7 +600,7 @@ def ptx_ops(fn: Any, args: dict[str, Any], constexprs: dict[str, Any], num_warps
 
 def ptx_report(bench: BenchRun) -> None:
     """LayerNorm's tuned configs (8192x4096: single, 4096x4097: looped), kernel and skeleton, on 4096, 4097, 4104."""
-    from tunekit.kernels import layernorm as ln
+    from tunekit.kernels.norms import layernorm as ln
 
     print("| config (tuned for) | width (DIV) | function | global loads and stores in the PTX (static counts) |")
     print("| --- | --- | --- | --- |")

@@ -34,11 +34,11 @@ import triton
 from triton.testing import do_bench
 
 from tunekit.core.device import fingerprint
-from tunekit.kernels import layernorm as ln_fwd
-from tunekit.kernels import layernorm_backward as ln_bwd
-from tunekit.kernels import rmsnorm as rms_fwd
-from tunekit.kernels import rmsnorm_backward as rms_bwd
-from tunekit.search_spaces.layernorm_backward import SPACE
+from tunekit.kernels.norms import layernorm as ln_fwd
+from tunekit.kernels.norms import layernorm_backward as ln_bwd
+from tunekit.kernels.norms import rmsnorm as rms_fwd
+from tunekit.kernels.norms import rmsnorm_backward as rms_bwd
+from tunekit.search_spaces.norms.layernorm_backward import SPACE
 
 # (M, N, dtype): N over 1535-8192 with 2^k ± 1, M×N of 16-64 M elements; one fp16 shape.
 SHAPES: list[tuple[int, int, str]] = [

@@ -15,7 +15,7 @@ import torch
 from triton.testing import do_bench
 
 from tunekit.core.device import fingerprint
-from tunekit.kernels import pointwise_backward as pwb
+from tunekit.kernels.pointwise import pointwise_backward as pwb
 
 PROBLEMS = [
     (8192, 4096, "gelu_tanh", True),

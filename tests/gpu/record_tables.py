@@ -22,8 +22,9 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.record import merge_tables, record_table
 from tunekit.evaluation.timing_table import load_tables, save_tables
-from tunekit.kernels import reduction, softmax
 from tunekit.kernels.gemm.problem import make_problem
+from tunekit.kernels.reduction import reduction
+from tunekit.kernels.softmax import softmax
 from tunekit.tuning.bench import CudaEventTimer
 
 

@@ -36,7 +36,7 @@ from triton.testing import do_bench
 
 import tunekit.ops as ops
 from tunekit.core.device import fingerprint
-from tunekit.kernels.rope import apply_rotary  # transformers' formula, op for op
+from tunekit.kernels.rope.rope import apply_rotary  # transformers' formula, op for op
 from tunekit.runtime import dispatch
 
 # (name, B, S, Hq, Hk, D, dtype)

@@ -227,7 +227,7 @@ def test_rotary_embedding_on_a_k_whose_output_layout_is_not_row_major(layout, un
     by 2.1, or 1.7e29). The fuzzer's new view kinds found it."""
     import math
 
-    from tunekit.kernels.rope import apply_rotary
+    from tunekit.kernels.rope.rope import apply_rotary
 
     g = torch.Generator().manual_seed(3)
     shape = [1, 2, 1, 6] if unsqueeze_dim == 1 else [1, 1, 2, 6]

@@ -10,7 +10,7 @@ from fingerprints import H200, H200_LIMITS
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.occupancy import Resources, occupancy
 from tunekit.core.registry import get_spec
-from tunekit.search_spaces.gemm import is_aligned16
+from tunekit.search_spaces.gemm.gemm import is_aligned16
 from tunekit.tuning import perf_model
 from tunekit.tuning.perf_model import geometry
 

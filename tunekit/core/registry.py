@@ -10,17 +10,17 @@ from tunekit.core.errors import TunekitError, UnknownKernelError
 from tunekit.core.spec import KernelSpec
 
 KERNELS: dict[str, str] = {
-    "layernorm": "tunekit.kernels.layernorm",
-    "layernorm_backward": "tunekit.kernels.layernorm_backward",
-    "rmsnorm": "tunekit.kernels.rmsnorm",
-    "rmsnorm_backward": "tunekit.kernels.rmsnorm_backward",
-    "pointwise": "tunekit.kernels.pointwise",
-    "pointwise_backward": "tunekit.kernels.pointwise_backward",
-    "reduction": "tunekit.kernels.reduction",
-    "softmax": "tunekit.kernels.softmax",
-    "cross_entropy": "tunekit.kernels.cross_entropy",
-    "rope": "tunekit.kernels.rope",
-    "rope_backward": "tunekit.kernels.rope_backward",
+    "layernorm": "tunekit.kernels.norms.layernorm",
+    "layernorm_backward": "tunekit.kernels.norms.layernorm_backward",
+    "rmsnorm": "tunekit.kernels.norms.rmsnorm",
+    "rmsnorm_backward": "tunekit.kernels.norms.rmsnorm_backward",
+    "pointwise": "tunekit.kernels.pointwise.pointwise",
+    "pointwise_backward": "tunekit.kernels.pointwise.pointwise_backward",
+    "reduction": "tunekit.kernels.reduction.reduction",
+    "softmax": "tunekit.kernels.softmax.softmax",
+    "cross_entropy": "tunekit.kernels.softmax.cross_entropy",
+    "rope": "tunekit.kernels.rope.rope",
+    "rope_backward": "tunekit.kernels.rope.rope_backward",
     "gemm": "tunekit.kernels.gemm",
 }
 

@@ -83,7 +83,7 @@ def rows_label(problem: Problem) -> str:
 
 
 def gelu_problem(numel: int, dtype: str) -> Problem:
-    from tunekit.kernels.pointwise import pointwise_problem
+    from tunekit.kernels.pointwise.pointwise import pointwise_problem
 
     return pointwise_problem(numel, numel, dtype, "gelu_tanh", has_bias=False)
 
@@ -99,14 +99,14 @@ def gelu_label(problem: Problem) -> str:
 
 
 def softmax_problems(scope: Scope) -> tuple[Problem, ...]:
-    from tunekit.kernels.softmax import problem
+    from tunekit.kernels.softmax.softmax import problem
 
     shapes = {"full": _row_shapes(SOFTMAX_WIDTHS), "quick": [(4096, 4096)], "tiny": [(16, 256), (4, 1000)]}[scope]
     return tuple(problem(s, d) for d in HALF_DTYPES for s in shapes)
 
 
 def reduction_problems(scope: Scope) -> tuple[Problem, ...]:
-    from tunekit.kernels.reduction import problem
+    from tunekit.kernels.reduction.reduction import problem
 
     # (op, dtype) pairs and row shapes per scope: the smaller scopes take fewer of each
     ops_dtypes, shapes = {

@@ -29,7 +29,7 @@ from torch import Tensor
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.cross_entropy import REDUCTIONS, loss_and_grad
+from tunekit.kernels.softmax.cross_entropy import REDUCTIONS, loss_and_grad
 from tunekit.ops._checks import check_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
 from tunekit.runtime.dispatch import TORCH, dispatcher

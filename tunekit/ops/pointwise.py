@@ -37,7 +37,7 @@ from tunekit.ops._launch import (
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.runtime.eager_autograd import eager_function
 from tunekit.runtime.hotpath import hot_path
-from tunekit.search_spaces.pointwise import ACTIVATIONS
+from tunekit.search_spaces.pointwise.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise")
 _POINTWISE_BACKWARD = dispatcher("pointwise_backward")

@@ -31,8 +31,8 @@ from torch.library import CustomOpDef
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.reduction import torch_reduction
-from tunekit.kernels.softmax import torch_softmax
+from tunekit.kernels.reduction.reduction import torch_reduction
+from tunekit.kernels.softmax.softmax import torch_softmax
 from tunekit.ops._checks import check_device, use_custom_op
 from tunekit.ops._launch import dispatch_launch, kernel_op, served_by
 from tunekit.runtime.dispatch import dispatcher

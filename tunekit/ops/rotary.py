@@ -30,8 +30,8 @@ from torch import Tensor
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.rope import apply_rotary, rotate_half
-from tunekit.kernels.rope_backward import rotate_half_adjoint
+from tunekit.kernels.rope.rope import apply_rotary, rotate_half
+from tunekit.kernels.rope.rope_backward import rotate_half_adjoint
 from tunekit.ops._checks import grads_flow
 from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
 from tunekit.runtime.dispatch import dispatcher

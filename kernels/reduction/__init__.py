@@ -1,0 +1,5 @@
+"""Reductions (sum, mean, max) over one dim of [outer, D, inner]: the inner and outer kernels and their
+declaration (reduction.py), their tile geometry for the performance model (perf_model.py).
+
+Space: search_spaces/reduction/.
+"""

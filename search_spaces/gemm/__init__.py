@@ -1,0 +1,1 @@
+"""GEMM's space (gemm.py): tiles, stages, warps, variants, and the rules tying them to a problem."""

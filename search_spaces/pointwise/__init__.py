@@ -1,0 +1,1 @@
+"""The elementwise chain's spaces: pointwise.py (forward) and pointwise_backward.py."""

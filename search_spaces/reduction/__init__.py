@@ -1,0 +1,1 @@
+"""The reductions' space (reduction.py): inner and outer kernels, block sizes, splits."""

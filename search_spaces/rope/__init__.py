@@ -1,0 +1,1 @@
+"""Rotary embedding's space (rope.py), forward and backward."""

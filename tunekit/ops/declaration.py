@@ -1,0 +1,107 @@
+"""One declaration per op, from which tunekit.ops generates what torch and the hot path need.
+
+An op module writes what only it knows: the public front (validation, torch's contract, whether torch's own op
+trains the call), the body (the kernel path, which runs torch's code where dispatch serves torch), the fake, and,
+for an op that trains, its setup and backward formula. `declare` turns a declaration into
+- the torch custom op `tunekit::<name>` (a `torch.library.triton_op`, so torch.compile decomposes a call into
+  the body's launches) with its fake and its registered autograd;
+- the eager autograd Function (the same body and formula without the custom-op dispatcher's host cost), whose
+  bodies replay as hot-path plans;
+- `DeclaredOp.run`, the one routing every front ends in: compiling -> the custom op, training -> the eager
+  Function, otherwise -> the body;
+and `public_op` wraps the front as a hot-path op with its torch fallback and the kernels that serve it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from torch.library import CustomOpDef
+
+from tunekit.ops._launch import kernel_op, served_by
+from tunekit.runtime.dispatch import Dispatcher
+from tunekit.runtime.eager_autograd import SetupContext, eager_function
+from tunekit.runtime.hotpath import hot_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+# A backward formula given how to run its backward problem (the backward's custom op, or its body): the
+# `backward(ctx, *grads)` that register_autograd takes.
+GradOf = Callable[[Callable[..., Any]], Callable[..., Any]]
+SELF = "self"  # Autograd.through: the op's gradients run through the op itself (GEMM's dA and dB are GEMMs)
+
+
+@dataclass(frozen=True)
+class Autograd:
+    """How an op trains. With `through` (a declared backward op, or SELF), `formula` is a GradOf: the custom op's
+    backward runs that op's custom op, the eager Function's runs its body. Without, `formula` is the backward
+    itself (torch ops), and gradients flow through the custom op (there is no eager Function)."""
+
+    setup: SetupContext
+    formula: Callable[..., Any]
+    through: DeclaredOp | str | None = None
+
+
+@dataclass(frozen=True)
+class OpDeclaration:
+    name: str  # the custom op is tunekit::<name>
+    body: Callable[..., Any]
+    fake: Callable[..., Any]
+    autograd: Autograd | None = None
+
+
+@dataclass
+class DeclaredOp:
+    declaration: OpDeclaration
+    custom_op: CustomOpDef
+    replayed: Callable[..., Any]  # the body as the eager Function runs it: through a hot-path plan
+    eager: type[torch.autograd.Function] | None = field(default=None)
+
+    @property
+    def body(self) -> Callable[..., Any]:
+        return self.declaration.body
+
+    def traced(self, *args: Any) -> Any:
+        """The custom op as torch.compile traces it (torch.ops.tunekit.<name>)."""
+        return getattr(torch.ops.tunekit, self.declaration.name)(*args)
+
+    def run(self, *args: Any, trains: bool = False) -> Any:
+        """Run the op on a front's arguments (in the custom op's schema): traced while compiling, through the
+        eager Function (or the custom op's autograd) where gradients flow, else the body."""
+        if torch.compiler.is_compiling():
+            return self.traced(*args)
+        if trains:
+            return self.eager.apply(*args) if self.eager is not None else self.traced(*args)
+        return self.body(*args)
+
+
+def _eager_name(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_")) + "Eager"
+
+
+def declare(declaration: OpDeclaration) -> DeclaredOp:
+    """Register the declaration's custom op, fake and autograd; build its eager Function."""
+    custom = kernel_op(declaration.name)(declaration.body)
+    custom.register_fake(declaration.fake)
+    op = DeclaredOp(declaration, custom, hot_path(public=False)(declaration.body))
+    grad = declaration.autograd
+    if grad is None:
+        return op
+    if grad.through is None:
+        custom.register_autograd(grad.formula, setup_context=grad.setup)
+        return op
+    through = op if grad.through == SELF else grad.through
+    assert isinstance(through, DeclaredOp)
+    custom.register_autograd(grad.formula(through.traced), setup_context=grad.setup)
+    backward = grad.formula(through.replayed)
+    op.eager = eager_function(_eager_name(declaration.name), op.replayed, grad.setup, backward)
+    return op
+
+
+def public_op(torch_fallback: Callable[..., Any], *kernels: Dispatcher) -> Callable[[F], F]:
+    """Make a front a public op: hot-path plans per call signature, `torch_fallback` (with the front's signature)
+    where dispatch serves torch, and `kernels` (forward and backward) saying when torch serves every problem and
+    whether one of them serves under torch.compile."""
+    return hot_path(torch_fallback, **served_by(*kernels))
