@@ -2,7 +2,7 @@
 ending in its declaration (`SPEC = KernelSpec.of_module(...)`), which the registry (tunekit/core/registry.py)
 names. A family's spaces sit in the same-named package under search_spaces/.
 
-Families: gemm/ (the fused-epilogue GEMM), norms/ (LayerNorm, RMSNorm, forward and backward), softmax/ (softmax,
+Families: gemm/ (the fused-epilogue GEMM), norms/ (LayerNorm, RMSNorm, forward and backward), row_softmax/ (softmax,
 log-softmax, cross-entropy), reduction/ (sum, mean, max), pointwise/ (the fused elementwise chain, forward and
 backward), rope/ (rotary embedding, forward and backward). Each family package's docstring lists its modules; a
 `perf_model.py` in it is the family's tile geometry for the quantization model (tunekit/core/geometry.py).

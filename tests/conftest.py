@@ -40,7 +40,7 @@ def swapped_under_compile(monkeypatch):
     tests of that path (the custom ops, their fakes and autograd formulas)."""
     from tunekit.runtime import compile_policy
 
-    monkeypatch.setattr(compile_policy, "FORCED", frozenset(compile_policy.OPS))
+    monkeypatch.setattr(compile_policy, "FORCED", frozenset({compile_policy.ALL}))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from torch._inductor.utils import run_and_get_code
 import tunekit.ops as tk
 from tunekit.runtime import compile_policy, dispatch
 
-compile_policy.FORCED = frozenset(compile_policy.OPS)
+compile_policy.FORCED = frozenset({compile_policy.ALL})
 dev, dt = "cuda", torch.bfloat16
 x = torch.randn(64, 256, device=dev, dtype=dt)
 w = torch.randn(384, 256, device=dev, dtype=dt) / 16

@@ -43,7 +43,7 @@ def set_policy(policy: str) -> None:
     if policy == "measured":
         compile_policy.FORCED = None
     elif policy == "all":
-        compile_policy.FORCED = frozenset(compile_policy.OPS)
+        compile_policy.FORCED = frozenset({compile_policy.ALL})
     else:
         compile_policy.FORCED = frozenset(policy.split("+")) - {"none", "control"}
     dispatch.reset_all()

@@ -24,7 +24,7 @@ from tunekit.evaluation.record import merge_tables, record_table
 from tunekit.evaluation.timing_table import load_tables, save_tables
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.kernels.reduction import reduction
-from tunekit.kernels.softmax import softmax
+from tunekit.kernels.row_softmax import softmax
 from tunekit.tuning.bench import CudaEventTimer
 
 

@@ -10,6 +10,7 @@ import copy
 import pytest
 import torch
 
+import tunekit.ops as ops
 from tunekit.core.errors import TunekitError
 from tunekit.integrations.patching import patch
 from tunekit.runtime import compile_policy
@@ -67,7 +68,7 @@ def test_every_op_swapped_traces_fullgraph_to_tunekit_ops() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "want"), [("all", set(compile_policy.OPS)), ("none", set()), (" linear, rms_norm ", {"linear", "rms_norm"})]
+    ("raw", "want"), [("all", {compile_policy.ALL}), ("none", set()), (" linear, rms_norm ", {"linear", "rms_norm"})]
 )
 def test_the_environment_sets_the_policy(monkeypatch: pytest.MonkeyPatch, raw: str, want: set[str]) -> None:
     monkeypatch.setenv("TUNEKIT_COMPILE_OPS", raw)
@@ -80,9 +81,12 @@ def test_unset_the_policy_is_measured(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_unknown_op_in_the_environment_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked against the ops' own list (tunekit.ops does this when imported)."""
     monkeypatch.setenv("TUNEKIT_COMPILE_OPS", "linear,flash_attention")
+    monkeypatch.setattr(compile_policy, "FORCED", compile_policy._from_settings())
     with pytest.raises(TunekitError, match=r"TUNEKIT_COMPILE_OPS must name ops of .* but got \['flash_attention'\]"):
-        compile_policy._from_settings()
+        compile_policy.check_forced_names(ops.__all__)
+    compile_policy.check_forced_names(["linear", "flash_attention"])  # a list that has it: accepted
 
 
 @pytest.mark.usefixtures("swapped_under_compile")

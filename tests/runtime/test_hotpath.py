@@ -16,6 +16,7 @@ from op_cases import CASES
 import tunekit.ops as ops
 from tunekit.core.errors import CacheMissError
 from tunekit.launch.plan import Replay, TorchCall
+from tunekit.ops.declaration import PUBLIC, SELF, DeclaredOp
 from tunekit.runtime import compile_policy, dispatch, hotpath
 from tunekit.runtime.dispatch import TORCH, Resolution
 from tunekit.store.store import Store
@@ -191,9 +192,21 @@ def test_bench_host_needs_a_gpu_and_says_so() -> None:
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
 
 
-@pytest.mark.parametrize(
-    "name", ["layer_norm", "rms_norm", "matmul", "gelu", "bias_act", "bias_act_residual", "rotary_embedding"]
-)
+# The ops that train eagerly through an autograd Function of their own (the rest through their custom op).
+EAGER_TRAINED = sorted(name for name, op in PUBLIC.items() if op.eager is not None)
+
+
+def _bodies_and_plans(name: str) -> tuple[int, int]:
+    """The inner bodies an eager training step replays, and the plans each holds: a forward body and a backward
+    body, one plan each; an op whose gradients run through itself (GEMM: forward, dA, dB) one body with three
+    plans; an op whose backward is torch ops on a saved buffer (cross-entropy) its forward body alone."""
+    through = PUBLIC[name].declaration.autograd.through  # type: ignore[union-attr]
+    if through == SELF:
+        return 1, 3
+    return (2, 1) if isinstance(through, DeclaredOp) else (1, 1)
+
+
+@pytest.mark.parametrize("name", EAGER_TRAINED)
 def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> None:
     """The public op never plans an autograd call, but the bodies its eager autograd Function runs (grad mode off)
     do: after a few steps (the op's own watched step runs them as they are), forward and backward are replays, with
@@ -211,9 +224,7 @@ def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> No
     for step in steps[1:]:
         _same(step, steps[0])
     used = [hot for hot in inner if hot.stats.replays]
-    # norms and pointwise ops: a forward body and a backward body; matmul: one body, planned for the forward, dA
-    # and dB signatures
-    bodies, plans = (1, 3) if name == "matmul" else (2, 1)
+    bodies, plans = _bodies_and_plans(name)
     assert len(used) == bodies and all(h.stats.plans == plans and h.stats.replays >= 2 for h in used), [
         h.stats for h in inner
     ]
@@ -221,20 +232,7 @@ def test_eager_training_replays_the_forward_and_backward_bodies(name: str) -> No
     assert all(not hot.plans for hot in inner)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "layer_norm",
-        "rms_norm",
-        "linear",
-        "matmul",
-        "softmax",
-        "gelu",
-        "bias_act",
-        "bias_act_residual",
-        "rotary_embedding",
-    ],
-)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_a_torch_served_training_call_becomes_torch_own_op(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served TORCH throughout, a call that autograd records has torch's own op as its plan: torch records the
     graph itself, the gradients are torch's, and nothing of tunekit's runs around it."""

@@ -99,7 +99,7 @@ def gelu_label(problem: Problem) -> str:
 
 
 def softmax_problems(scope: Scope) -> tuple[Problem, ...]:
-    from tunekit.kernels.softmax.softmax import problem
+    from tunekit.kernels.row_softmax.softmax import problem
 
     shapes = {"full": _row_shapes(SOFTMAX_WIDTHS), "quick": [(4096, 4096)], "tiny": [(16, 256), (4, 1000)]}[scope]
     return tuple(problem(s, d) for d in HALF_DTYPES for s in shapes)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tunekit import ops
-from tunekit.ops import loss
+from tunekit.ops import row_softmax as loss
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _KEPT = "_tunekit_loss_function"  # on a patched model: (whether it held its own loss function, the original)

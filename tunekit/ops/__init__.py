@@ -4,11 +4,12 @@
 """
 
 from tunekit.ops.gemm import linear, matmul
-from tunekit.ops.loss import cross_entropy
-from tunekit.ops.normalization import layer_norm, rms_norm
+from tunekit.ops.norms import layer_norm, rms_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
-from tunekit.ops.reduction import log_softmax, max, mean, softmax, sum
-from tunekit.ops.rotary import rotary_embedding
+from tunekit.ops.reduction import max, mean, sum
+from tunekit.ops.rope import rotary_embedding
+from tunekit.ops.row_softmax import cross_entropy, log_softmax, softmax
+from tunekit.runtime import compile_policy
 
 __all__ = [
     "bias_act",
@@ -26,3 +27,5 @@ __all__ = [
     "softmax",
     "sum",
 ]
+
+compile_policy.check_forced_names(__all__)

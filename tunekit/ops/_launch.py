@@ -17,8 +17,7 @@ from tunekit.launch import watch as launch_watch
 from tunekit.launch.traced import is_traced, traced_pointers
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, torch_serves_all
-from tunekit.runtime.eager_autograd import SetupContext, eager_function
-from tunekit.runtime.hotpath import hot_path, readable
+from tunekit.runtime.hotpath import readable
 
 GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
 
@@ -112,20 +111,3 @@ def torch_trains_it(backward: Dispatcher, inputs: Inputs, input: torch.Tensor, *
     if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
         return False
     return backward.config(backward.spec.key_of(inputs)) is TORCH
-
-
-def trainable(
-    name: str,
-    custom_op: CustomOpDef,
-    body: Callable[..., Any],
-    setup_context: SetupContext,
-    grad_of: GradOf,
-    backward_op: Callable[..., Any],
-    backward_body: Callable[..., Any],
-) -> type[torch.autograd.Function]:
-    """Register `custom_op`'s autograd (`grad_of(backward_op)`: the backward through its own custom op, what
-    torch.compile traces) and return the eager Function: the same formula on the bodies, which replay as plans
-    (their calls run with grad mode off, inside the Function)."""
-    custom_op.register_autograd(grad_of(backward_op), setup_context=setup_context)
-    replayed = hot_path(public=False)
-    return eager_function(name, replayed(body), setup_context, grad_of(replayed(backward_body)))

@@ -34,14 +34,23 @@ SELF = "self"  # Autograd.through: the op's gradients run through the op itself 
 
 
 @dataclass(frozen=True)
+class Runs:
+    """A backward problem run by plain callables: `traced` in the custom op's autograd (what torch.compile
+    traces), `eager` in the eager Function (cross-entropy scales its saved gradient in place there)."""
+
+    traced: Callable[..., Any]
+    eager: Callable[..., Any]
+
+
+@dataclass(frozen=True)
 class Autograd:
-    """How an op trains. With `through` (a declared backward op, or SELF), `formula` is a GradOf: the custom op's
+    """How an op trains. With `through` (a declared backward op, Runs, or SELF), `formula` is a GradOf: the custom op's
     backward runs that op's custom op, the eager Function's runs its body. Without, `formula` is the backward
     itself (torch ops), and gradients flow through the custom op (there is no eager Function)."""
 
     setup: SetupContext
     formula: Callable[..., Any]
-    through: DeclaredOp | str | None = None
+    through: DeclaredOp | Runs | str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,15 +102,25 @@ def declare(declaration: OpDeclaration) -> DeclaredOp:
         custom.register_autograd(grad.formula, setup_context=grad.setup)
         return op
     through = op if grad.through == SELF else grad.through
-    assert isinstance(through, DeclaredOp)
-    custom.register_autograd(grad.formula(through.traced), setup_context=grad.setup)
-    backward = grad.formula(through.replayed)
+    assert isinstance(through, (DeclaredOp, Runs))
+    traced, eager = (through.traced, through.eager) if isinstance(through, Runs) else (through.traced, through.replayed)
+    custom.register_autograd(grad.formula(traced), setup_context=grad.setup)
+    backward = grad.formula(eager)
     op.eager = eager_function(_eager_name(declaration.name), op.replayed, grad.setup, backward)
     return op
 
 
-def public_op(torch_fallback: Callable[..., Any], *kernels: Dispatcher) -> Callable[[F], F]:
+# Public op name -> the declared op its front runs: what tests and tools list the ops by.
+PUBLIC: dict[str, DeclaredOp] = {}
+
+
+def public_op(torch_fallback: Callable[..., Any], *kernels: Dispatcher, runs: DeclaredOp) -> Callable[[F], F]:
     """Make a front a public op: hot-path plans per call signature, `torch_fallback` (with the front's signature)
     where dispatch serves torch, and `kernels` (forward and backward) saying when torch serves every problem and
-    whether one of them serves under torch.compile."""
-    return hot_path(torch_fallback, **served_by(*kernels))
+    whether one of them serves under torch.compile. `runs`: the declared op the front ends in."""
+
+    def wrap(front: F) -> F:
+        PUBLIC[front.__name__] = runs
+        return hot_path(torch_fallback, **served_by(*kernels))(front)
+
+    return wrap

@@ -18,6 +18,7 @@ forward GEMM or either backward GEMM (untuned problems, on a GPU), torch's own o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
@@ -29,10 +30,9 @@ from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
-from tunekit.ops._launch import dispatch_launch, kernel_op, served_by
+from tunekit.ops._launch import dispatch_launch
+from tunekit.ops.declaration import SELF, Autograd, OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
-from tunekit.runtime.eager_autograd import eager_function
-from tunekit.runtime.hotpath import hot_path
 
 __all__ = ["linear", "matmul"]
 
@@ -172,10 +172,6 @@ def _matmul(
     return _gemm_2d(_Gemm(a, b, bias, residual, activation, alpha, beta))
 
 
-_matmul_op = kernel_op("matmul")(_matmul)
-
-
-@_matmul_op.register_fake
 def _matmul_fake(a: torch.Tensor, b: torch.Tensor, *epilogue: object) -> torch.Tensor:
     return a.new_empty((a.shape[0], b.shape[1]))
 
@@ -209,17 +205,15 @@ def _matmul_grad(matmul: Callable[..., torch.Tensor]) -> Callable[..., tuple[Any
     return grad_of
 
 
-_matmul_op.register_autograd(_matmul_grad(torch.ops.tunekit.matmul), setup_context=_matmul_setup)
-# The eager Function's GEMMs (forward, dA, dB) replay as plans, one per call signature, as the norms' bodies do.
-_MATMUL_BODY = hot_path(public=False)(_matmul)
-_MATMUL_EAGER = eager_function("MatmulEager", _MATMUL_BODY, _matmul_setup, _matmul_grad(_MATMUL_BODY))
+# The gradients are GEMMs (dA = dY B^T, dB = A^T dY) through the op itself; eagerly they replay as plans.
+_MATMUL = declare(OpDeclaration("matmul", _matmul, _matmul_fake, Autograd(_matmul_setup, _matmul_grad, SELF)))
 
 
 def _gemm_op(g: _Gemm) -> torch.Tensor:
     """The autograd path: the custom op under torch.compile, its eager Function otherwise. With gradients and an
     activation: GEMM, then pointwise."""
     a, b, bias, residual, activation, alpha, beta = g
-    matmul = torch.ops.tunekit.matmul if torch.compiler.is_compiling() else _MATMUL_EAGER.apply
+    matmul = functools.partial(_MATMUL.run, trains=True)
     if activation == "none" or not grads_flow(a, b, bias, residual):
         return matmul(a, b, bias, residual, activation, alpha, beta)
     z = matmul(a, b, bias, None, "none", alpha, 1.0)
@@ -246,7 +240,7 @@ def _torch_linear(
     return y if residual is None else y + residual
 
 
-@hot_path(_torch_matmul, **served_by(_GEMM))
+@public_op(_torch_matmul, _GEMM, runs=_MATMUL)
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -281,7 +275,7 @@ def matmul(
     return _gemm_2d(g)
 
 
-@hot_path(_torch_linear, **served_by(_GEMM))
+@public_op(_torch_linear, _GEMM, runs=_MATMUL)
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

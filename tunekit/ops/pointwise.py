@@ -25,23 +25,14 @@ import torch
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.kernels.common import TORCH_ACTIVATIONS
-from tunekit.ops._checks import check_device, check_same_device, dtype_name, use_custom_op
-from tunekit.ops._launch import (
-    dispatch_launch,
-    kernel_op,
-    launch_on_their_device,
-    served_by,
-    served_config,
-    torch_trains_it,
-)
+from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
+from tunekit.ops._launch import dispatch_launch, launch_on_their_device, served_config, torch_trains_it
+from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
-from tunekit.runtime.eager_autograd import eager_function
-from tunekit.runtime.hotpath import hot_path
 from tunekit.search_spaces.pointwise.pointwise import ACTIVATIONS
 
 _POINTWISE = dispatcher("pointwise")
 _POINTWISE_BACKWARD = dispatcher("pointwise_backward")
-_SERVED_BY = served_by(_POINTWISE, _POINTWISE_BACKWARD)
 _GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
@@ -136,22 +127,14 @@ def _bias_act_residual(
     return _pointwise(input, bias, residual, activation, scale)
 
 
-_gelu_op = kernel_op("gelu")(_gelu)
-_bias_act_op = kernel_op("bias_act")(_bias_act)
-_bias_act_residual_op = kernel_op("bias_act_residual")(_bias_act_residual)
-
-
-@_gelu_op.register_fake
 def _gelu_fake(input: torch.Tensor, approximate: str) -> torch.Tensor:
     return _fake(input, None, None, _gelu_activation(approximate), 1.0)
 
 
-@_bias_act_op.register_fake
 def _bias_act_fake(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
     return _fake(input, bias, None, activation, scale)
 
 
-@_bias_act_residual_op.register_fake
 def _bias_act_residual_fake(
     input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
 ) -> torch.Tensor:
@@ -222,10 +205,6 @@ def _pointwise_backward(
     return dx, db
 
 
-_pointwise_backward_op = kernel_op("pointwise_backward")(_pointwise_backward)
-
-
-@_pointwise_backward_op.register_fake
 def _pointwise_backward_fake(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
     _, input, bias, _, _, want_dbias = args  # the op's arguments
     return _grad_buffers(input, bias, want_dbias)
@@ -262,17 +241,14 @@ def _pointwise_grad(backward: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
     return grad_of
 
 
-_grad = _pointwise_grad(torch.ops.tunekit.pointwise_backward)
-_gelu_op.register_autograd(_grad, setup_context=_gelu_setup)
-_bias_act_op.register_autograd(_grad, setup_context=_setup)
-_bias_act_residual_op.register_autograd(_grad, setup_context=_setup)
-# Eager training: autograd Functions running the same bodies and formula without the custom-op dispatcher's host
-# cost, each body through a replay plan (its calls run with grad mode off, inside the Function).
-_eager_grad = _pointwise_grad(hot_path(public=False)(_pointwise_backward))
-_GELU_EAGER = eager_function("GeluEager", hot_path(public=False)(_gelu), _gelu_setup, _eager_grad)
-_BIAS_ACT_EAGER = eager_function("BiasActEager", hot_path(public=False)(_bias_act), _setup, _eager_grad)
-_BIAS_ACT_RESIDUAL_EAGER = eager_function(
-    "BiasActResidualEager", hot_path(public=False)(_bias_act_residual), _setup, _eager_grad
+# The three ops share one backward problem (d input, d bias), its own op.
+_BACKWARD = declare(OpDeclaration("pointwise_backward", _pointwise_backward, _pointwise_backward_fake))
+_GELU = declare(OpDeclaration("gelu", _gelu, _gelu_fake, Autograd(_gelu_setup, _pointwise_grad, _BACKWARD)))
+_BIAS_ACT = declare(OpDeclaration("bias_act", _bias_act, _bias_act_fake, Autograd(_setup, _pointwise_grad, _BACKWARD)))
+_BIAS_ACT_RESIDUAL = declare(
+    OpDeclaration(
+        "bias_act_residual", _bias_act_residual, _bias_act_residual_fake, Autograd(_setup, _pointwise_grad, _BACKWARD)
+    )
 )
 
 
@@ -290,7 +266,7 @@ def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return torch.nn.functional.gelu(input, approximate=approximate)
 
 
-@hot_path(_torch_gelu, **_SERVED_BY)
+@public_op(_torch_gelu, _POINTWISE, _POINTWISE_BACKWARD, runs=_GELU)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
@@ -298,10 +274,7 @@ def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         _validate(input, None, None, activation, 1.0)  # one-line errors before torch checks the op's schema
         if _torch_trains_it(input, None, None, activation):
             return _torch_pointwise(input, None, None, activation, 1.0)
-        if torch.compiler.is_compiling():
-            return torch.ops.tunekit.gelu(input, approximate)
-        return _GELU_EAGER.apply(input, approximate)
-    return _pointwise(input, None, None, activation, 1.0)
+    return _GELU.run(input, approximate, trains=grads_flow(input))
 
 
 def _torch_bias_act(
@@ -316,20 +289,17 @@ def _torch_bias_act_residual(
     return _torch_pointwise(input, bias, residual, activation, scale)
 
 
-@hot_path(_torch_bias_act, **_SERVED_BY)
+@public_op(_torch_bias_act, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
     if use_custom_op(input, bias):
         _validate(input, bias, None, activation, scale)
         if _torch_trains_it(input, bias, None, activation):
             return _torch_pointwise(input, bias, None, activation, scale)
-        if torch.compiler.is_compiling():
-            return torch.ops.tunekit.bias_act(input, bias, activation, scale)
-        return _BIAS_ACT_EAGER.apply(input, bias, activation, scale)
-    return _pointwise(input, bias, None, activation, scale)
+    return _BIAS_ACT.run(input, bias, activation, scale, trains=grads_flow(input, bias))
 
 
-@hot_path(_torch_bias_act_residual, **_SERVED_BY)
+@public_op(_torch_bias_act_residual, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT_RESIDUAL)
 def bias_act_residual(
     input: torch.Tensor,
     bias: torch.Tensor | None,
@@ -345,7 +315,4 @@ def bias_act_residual(
         _validate(input, bias, residual, activation, scale)
         if _torch_trains_it(input, bias, residual, activation):
             return _torch_pointwise(input, bias, residual, activation, scale)
-        if torch.compiler.is_compiling():
-            return torch.ops.tunekit.bias_act_residual(input, bias, residual, activation, scale)
-        return _BIAS_ACT_RESIDUAL_EAGER.apply(input, bias, residual, activation, scale)
-    return _pointwise(input, bias, residual, activation, scale)
+    return _BIAS_ACT_RESIDUAL.run(input, bias, residual, activation, scale, trains=grads_flow(input, bias, residual))

@@ -20,33 +20,35 @@ compiling again (torch._dynamo.reset()).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
 from tunekit.store.entry import UNDER_COMPILE, Entry
 
-OPS = (
-    "layer_norm", "rms_norm", "linear", "matmul", "softmax", "log_softmax", "sum", "mean", "max", "gelu", "bias_act",
-    "bias_act_residual", "rotary_embedding", "cross_entropy",
-)  # fmt: skip
+ALL = "all"  # TUNEKIT_COMPILE_OPS=all: every op (the op list lives with the ops: tunekit.ops.__all__)
 # A kernel serves under compile only if it beats Inductor's time by more than this fraction (timing noise between
 # two separately compiled kernels on the H200: METHOD.md's repeat-to-repeat spread of medians is ~1-2%).
 MARGIN = 0.02
 
 
 def _from_settings() -> frozenset[str] | None:
-    """The ops TUNEKIT_COMPILE_OPS forces, or None (unset: measured per problem)."""
+    """The ops TUNEKIT_COMPILE_OPS forces ({ALL} for all), or None (unset: measured per problem)."""
     raw = settings.compile_ops()
     if raw is None:
         return None
-    if raw == "all":
-        return frozenset(OPS)
+    if raw == ALL:
+        return frozenset({ALL})
     if raw == "none":
         return frozenset()
-    names = frozenset(n.strip() for n in raw.split(",") if n.strip())
-    unknown = sorted(names - set(OPS))
+    return frozenset(n.strip() for n in raw.split(",") if n.strip())
+
+
+def check_forced_names(ops: Iterable[str]) -> None:
+    """Refuse a TUNEKIT_COMPILE_OPS that names no op of `ops` (tunekit.ops checks its own list when imported)."""
+    unknown = sorted((FORCED or frozenset()) - {ALL} - set(ops))
     if unknown:
-        raise TunekitError(f"TUNEKIT_COMPILE_OPS must name ops of {', '.join(OPS)} (or all, none), but got {unknown}")
-    return names
+        raise TunekitError(f"TUNEKIT_COMPILE_OPS must name ops of {', '.join(ops)} (or all, none), but got {unknown}")
 
 
 FORCED: frozenset[str] | None = _from_settings()
@@ -80,4 +82,4 @@ def _positive(value: object) -> float | None:
 
 def forced(op_name: str) -> bool | None:
     """True or False where TUNEKIT_COMPILE_OPS decides for this op; None where measurement does."""
-    return None if FORCED is None else op_name in FORCED
+    return None if FORCED is None else ALL in FORCED or op_name in FORCED

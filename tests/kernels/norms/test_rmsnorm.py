@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from fingerprints import H200
 from kernel_checks import assert_heuristic_valid_on_grid
 
-import tunekit.ops.normalization as norm_ops
+import tunekit.ops.norms as norm_ops
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, row_bucket

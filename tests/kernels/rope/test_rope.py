@@ -1,4 +1,4 @@
-"""tunekit.ops.rotary_embedding and the rope / rope_backward kernels (in the interpreter): transformers'
+"""tunekit.ops.rope_embedding and the rope / rope_backward kernels (in the interpreter): transformers'
 apply_rotary_pos_emb forward and backward against float64, every layout models hand it, torch's formula for what
 the kernels cannot take, torch.compile, the hot path, and tuning."""
 
@@ -16,7 +16,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 import tunekit.ops as ops
 from tunekit.kernels.rope import rope, rope_backward
 from tunekit.launch.plan import Replay
-from tunekit.ops import rotary
+from tunekit.ops import rope as rotary
 from tunekit.runtime import dispatch
 from tunekit.runtime.dispatch import TORCH, Resolution
 from tunekit.tuning.verify import check_outputs

@@ -16,11 +16,11 @@ from kernel_checks import DEV, HERE, INTERPRETER_NOISE, assert_heuristic_valid, 
 
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPES
-from tunekit.kernels.softmax import softmax as sm
-from tunekit.ops import reduction as rops
+from tunekit.kernels.row_softmax import softmax as sm
+from tunekit.ops import row_softmax as rops
 from tunekit.runtime.dispatch import dispatcher
+from tunekit.search_spaces.row_softmax.softmax import SPACE
 from tunekit.search_spaces.rows import single_block_n
-from tunekit.search_spaces.softmax.softmax import SPACE
 from tunekit.tuning.verify import check_outputs
 
 # Besides the interpreter's usual noise: inf arithmetic on all -inf rows.

@@ -37,11 +37,11 @@ from tunekit.kernels.common import (
     vector_elements,
     warps_for,
 )
+from tunekit.kernels.row_softmax.softmax import single_rows_config
 from tunekit.kernels.rows_perf_model import forward_model
-from tunekit.kernels.softmax.softmax import single_rows_config
 from tunekit.kernels.tolerances import rounded_once
+from tunekit.search_spaces.row_softmax.cross_entropy import SPACE
 from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
-from tunekit.search_spaces.softmax.cross_entropy import SPACE
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint

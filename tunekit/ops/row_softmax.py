@@ -1,5 +1,12 @@
-"""tunekit.ops.cross_entropy: F.cross_entropy over 2-D logits, the loss and its gradient from one fused kernel.
+"""tunekit.ops softmax, log_softmax and cross_entropy: the row-softmax family (kernels/row_softmax/).
 
+softmax and log_softmax run over the last dim directly. For another dim the input is moved to the last dim and made
+contiguous (a copy unless that is already its memory order) and the result is moved back: correct, maybe slower.
+Each is a torch custom op (`tunekit::softmax`, `tunekit::log_softmax`) so torch.compile(fullgraph=True) traces
+through it; eager calls skip the custom-op layer unless gradients are needed. Their backward formulas are plain
+torch (not tuned kernels).
+
+cross_entropy: F.cross_entropy over 2-D logits, the loss and its gradient from one fused kernel.
 The `cross_entropy` kernel reads the logits once (fp32 math, online logsumexp) and, when gradients flow, writes
 d(loss)/d(logits) for grad_output = 1 in the logits' dtype during the forward (Liger-Kernel's approach). That buffer
 is what autograd saves (instead of the logits); the backward scales it by grad_output: in place in eager mode (a
@@ -29,15 +36,29 @@ from torch import Tensor
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.softmax.cross_entropy import REDUCTIONS, loss_and_grad
-from tunekit.ops._checks import check_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
+from tunekit.kernels.row_softmax.cross_entropy import REDUCTIONS, loss_and_grad
+from tunekit.kernels.row_softmax.softmax import torch_softmax
+from tunekit.ops._checks import (
+    INDEX_LIMIT,
+    cast,
+    check_device,
+    check_dtype_arg,
+    check_input,
+    check_sizes,
+    dtype_name,
+    grads_flow,
+    normalize_dim,
+    use_custom_op,
+)
+from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Runs, declare, public_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
-from tunekit.runtime.hotpath import hot_path
 
+__all__ = ["cross_entropy", "log_softmax", "softmax"]
+
+_SOFTMAX = dispatcher("softmax")
 _CE = dispatcher("cross_entropy")
 _DEVICE_TYPE = backend.torch_device().type
-_INDEX_LIMIT = 2**31 - 1  # the kernels index columns and targets with int32
 
 
 def _torch_cross_entropy(
@@ -67,7 +88,7 @@ def _kernel_takes(input: object, target: object, ignore_index: object, reduction
         and input.device.type == _DEVICE_TYPE
         and target.device == input.device
         and 0 < input.shape[0] == target.shape[0]
-        and 0 < input.shape[1] < _INDEX_LIMIT
+        and 0 < input.shape[1] < INDEX_LIMIT
         and type(ignore_index) is int
         and reduction in REDUCTIONS
         and smoothing == 0.0
@@ -111,14 +132,6 @@ def _cross_entropy(
     return torch_loss.to(input.dtype), torch_grad.to(input.dtype)
 
 
-@kernel_op("cross_entropy")
-def _cross_entropy_op(
-    input: Tensor, target: Tensor, ignore_index: int, reduction: str, want_grad: bool
-) -> tuple[Tensor, Tensor]:
-    return _cross_entropy(input, target, ignore_index, reduction, want_grad)
-
-
-@_cross_entropy_op.register_fake
 def _cross_entropy_fake(
     input: Tensor, target: Tensor, ignore_index: int, reduction: str, want_grad: bool
 ) -> tuple[Tensor, Tensor]:
@@ -153,12 +166,15 @@ def _grad(backward: Callable[[Tensor, Tensor, str], Tensor]) -> Callable[..., tu
     return grad_of
 
 
-_CROSS_ENTROPY_EAGER = trainable(
-    "CrossEntropyEager", _cross_entropy_op, _cross_entropy, _setup, _grad, _scaled, _scaled_in_place
+# The saved gradient is scaled out of place where torch.compile traces it, in place eagerly (no second [N, V] tensor).
+_CROSS_ENTROPY = declare(
+    OpDeclaration(
+        "cross_entropy", _cross_entropy, _cross_entropy_fake, Autograd(_setup, _grad, Runs(_scaled, _scaled_in_place))
+    )
 )
 
 
-@hot_path(_torch_cross_entropy, **served_by(_CE))
+@public_op(_torch_cross_entropy, _CE, runs=_CROSS_ENTROPY)
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -179,9 +195,87 @@ def cross_entropy(
     trains = grads_flow(input)
     if trains and torch_trains_it(_CE, (input, target, ignore_index, reduction), input):
         return _torch_cross_entropy(input, target, ignore_index, reduction)
-    if torch.compiler.is_compiling():
-        return torch.ops.tunekit.cross_entropy(input, target, ignore_index, reduction, input.requires_grad)[0]
-    if trains:
-        return _CROSS_ENTROPY_EAGER.apply(input, target, ignore_index, reduction, True)[0]
-    loss, _ = _cross_entropy(input, target, ignore_index, reduction, False)
-    return loss
+    # the gradient is written during the forward only where autograd may ask for it
+    want_grad = input.requires_grad if torch.compiler.is_compiling() else trains
+    return _CROSS_ENTROPY.run(input, target, ignore_index, reduction, want_grad, trains=trains)[0]
+
+
+# ---------------------------------------------------------------------------------------------- softmax
+
+
+def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool, run: bool) -> torch.Tensor:
+    x, out_dtype = cast(input, dtype)
+    ndim = x.dim()
+    if ndim == 0:
+        x = x.reshape(1)
+    last = dim == x.dim() - 1
+    xm = x if last else x.movedim(dim, -1)
+    ym = torch.empty(xm.shape, device=x.device, dtype=out_dtype)
+    if run and xm.numel() > 0:
+        n = xm.shape[-1]
+        x2 = xm.reshape(-1, n)  # a view when the leading dims merge, else a copy
+        if n > 1 and x2.stride(1) != 1:
+            x2 = x2.contiguous()
+        y2 = ym.view(-1, n)
+        if not dispatch_launch(_SOFTMAX, (x2, log), (y2,)):  # torch's own softmax, into the same output
+            torch_softmax((x2, log), (y2,))
+    if ndim == 0:
+        return ym.reshape(())
+    return ym if last else ym.movedim(-1, dim)
+
+
+def _setup_softmax(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, dim, _ = inputs
+    ctx.dim, ctx.in_dtype = dim, input.dtype
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    (y,) = ctx.saved_tensors
+    g, y = grad.float(), y.float()
+    return (y * (g - (g * y).sum(ctx.dim, keepdim=True))).to(ctx.in_dtype), None, None
+
+
+def _log_softmax_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    (y,) = ctx.saved_tensors
+    g, y = grad.float(), y.float()
+    return (g - torch.exp(y) * g.sum(ctx.dim, keepdim=True)).to(ctx.in_dtype), None, None
+
+
+def _declare_softmax(log: bool, backward: Callable[..., tuple[Any, ...]]) -> DeclaredOp:
+    """The op tunekit::softmax (log: tunekit::log_softmax): its fake is the output's metadata only; it trains
+    through its custom op (the backward is torch ops)."""
+
+    def body(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+        return _softmax(input, dim, dtype, log=log, run=True)
+
+    def fake(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+        return _softmax(input, dim, dtype, log=log, run=False)
+
+    name = "log_softmax" if log else "softmax"
+    return declare(OpDeclaration(name, body, fake, Autograd(_setup_softmax, backward)))
+
+
+_SOFTMAX_OP = _declare_softmax(False, _softmax_backward)
+_LOG_SOFTMAX_OP = _declare_softmax(True, _log_softmax_backward)
+
+
+def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log: bool) -> torch.Tensor:
+    op = "log_softmax" if log else "softmax"
+    x = check_input(input, op)
+    check_dtype_arg(dtype, op)
+    d = normalize_dim(dim, x.dim(), op)
+    check_sizes(x.shape, op)
+    return (_LOG_SOFTMAX_OP if log else _SOFTMAX_OP).run(x, d, dtype, trains=use_custom_op(x))
+
+
+@public_op(torch.softmax, _SOFTMAX, runs=_SOFTMAX_OP)
+def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
+    return _softmax_call(input, dim, dtype, log=False)
+
+
+@public_op(torch.log_softmax, _SOFTMAX, runs=_LOG_SOFTMAX_OP)
+def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
+    return _softmax_call(input, dim, dtype, log=True)

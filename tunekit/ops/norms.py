@@ -25,9 +25,9 @@ from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
-from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
+from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import Dispatcher, dispatcher
-from tunekit.runtime.hotpath import hot_path
 
 _LAYERNORM = dispatcher("layernorm")
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
@@ -130,14 +130,10 @@ def _layer_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, bias
     return F.layer_norm(input, tuple(shape), weight, bias, eps) if y is None else y
 
 
-@kernel_op("layer_norm")
-def _layer_norm_op(
+def _layer_norm_op_body(
     input: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> Tensor:
     return _layer_norm(input, normalized_shape, weight, bias, eps)
-
-
-_layer_norm_op.register_fake(_like_input)
 
 
 def _layer_norm_backward(
@@ -170,10 +166,6 @@ def _layer_norm_backward(
     return gx, gw if want_dw else dw, gb.to(db.dtype) if want_db else db
 
 
-_layer_norm_backward_op = kernel_op("layer_norm_backward")(_layer_norm_backward)
-
-
-@_layer_norm_backward_op.register_fake
 def _layer_norm_backward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     _, input, weight, shape, _, want_dweight, bias_dtype = args  # the op's arguments
     return (*_grad_buffers(input, weight, shape, want_dweight), _bias_grad_buffer(input, shape, bias_dtype))
@@ -200,18 +192,18 @@ def _layer_norm_grad(backward: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> 
     return grad_of
 
 
-_LAYER_NORM_EAGER = trainable(
-    "LayerNormEager",
-    _layer_norm_op,
-    _layer_norm,
-    _layer_norm_setup,
-    _layer_norm_grad,
-    torch.ops.tunekit.layer_norm_backward,
-    _layer_norm_backward,
+_LAYER_NORM_BACKWARD = declare(OpDeclaration("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_fake))
+_LAYER_NORM = declare(
+    OpDeclaration(
+        "layer_norm",
+        _layer_norm_op_body,
+        _like_input,
+        Autograd(_layer_norm_setup, _layer_norm_grad, through=_LAYER_NORM_BACKWARD),
+    )
 )
 
 
-@hot_path(F.layer_norm, **served_by(_LAYERNORM, _LAYERNORM_BACKWARD))
+@public_op(F.layer_norm, _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM)
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -228,11 +220,7 @@ def layer_norm(
         # torch's whole op where it trains: its autograd saves the statistics the backward would recompute
         if torch_trains_it(_LAYERNORM_BACKWARD, (rows, rows, weight, True, want_db, float(eps)), input, weight, bias):
             return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
-    if torch.compiler.is_compiling():
-        return torch.ops.tunekit.layer_norm(input, list(shape), weight, bias, float(eps))
-    if trains:
-        return _LAYER_NORM_EAGER.apply(input, list(shape), weight, bias, float(eps))
-    return _layer_norm(input, shape, weight, bias, float(eps))
+    return _LAYER_NORM.run(input, list(shape), weight, bias, float(eps), trains=trains)
 
 
 # ---------------------------------------------------------------------------------------------- RMSNorm
@@ -243,12 +231,8 @@ def _rms_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, eps: f
     return F.rms_norm(input, tuple(shape), weight, eps) if y is None else y
 
 
-@kernel_op("rms_norm")
-def _rms_norm_op(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
+def _rms_norm_op_body(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
     return _rms_norm(input, normalized_shape, weight, eps)
-
-
-_rms_norm_op.register_fake(_like_input)
 
 
 def _rms_norm_backward(
@@ -275,10 +259,6 @@ def _rms_norm_backward(
     return dx, dw
 
 
-_rms_norm_backward_op = kernel_op("rms_norm_backward")(_rms_norm_backward)
-
-
-@_rms_norm_backward_op.register_fake
 def _rms_norm_backward_fake(
     grad: Tensor, input: Tensor, weight: Tensor | None, normalized_shape: list[int], eps: float, want_dweight: bool
 ) -> tuple[Tensor, Tensor]:
@@ -304,18 +284,18 @@ def _rms_norm_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[.
     return grad_of
 
 
-_RMS_NORM_EAGER = trainable(
-    "RMSNormEager",
-    _rms_norm_op,
-    _rms_norm,
-    _rms_norm_setup,
-    _rms_norm_grad,
-    torch.ops.tunekit.rms_norm_backward,
-    _rms_norm_backward,
+_RMS_NORM_BACKWARD = declare(OpDeclaration("rms_norm_backward", _rms_norm_backward, _rms_norm_backward_fake))
+_RMS_NORM = declare(
+    OpDeclaration(
+        "rms_norm",
+        _rms_norm_op_body,
+        _like_input,
+        Autograd(_rms_norm_setup, _rms_norm_grad, through=_RMS_NORM_BACKWARD),
+    )
 )
 
 
-@hot_path(F.rms_norm, **served_by(_RMSNORM, _RMSNORM_BACKWARD))
+@public_op(F.rms_norm, _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM)
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:
@@ -327,8 +307,4 @@ def rms_norm(
         rows = _rows_like(input, math.prod(shape))
         if torch_trains_it(_RMSNORM_BACKWARD, (rows, rows, weight, True, eps_value), input, weight):
             return F.rms_norm(input, tuple(shape), weight, eps_value)
-    if torch.compiler.is_compiling():
-        return torch.ops.tunekit.rms_norm(input, list(shape), weight, eps_value)
-    if trains:
-        return _RMS_NORM_EAGER.apply(input, list(shape), weight, eps_value)
-    return _rms_norm(input, shape, weight, eps_value)
+    return _RMS_NORM.run(input, list(shape), weight, eps_value, trains=trains)

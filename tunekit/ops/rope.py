@@ -1,4 +1,4 @@
-"""tunekit.ops.rotary_embedding: transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`, fused.
+"""tunekit.ops.rope_embedding: transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`, fused.
 
     q_embed = q * cos + rotate_half(q) * sin,    k_embed likewise,    rotate_half(x) = cat(-x2, x1)
 
@@ -33,9 +33,9 @@ from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.rope.rope import apply_rotary, rotate_half
 from tunekit.kernels.rope.rope_backward import rotate_half_adjoint
 from tunekit.ops._checks import grads_flow
-from tunekit.ops._launch import dispatch_launch, kernel_op, served_by, torch_trains_it, trainable
+from tunekit.ops._launch import dispatch_launch, torch_trains_it
+from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import dispatcher
-from tunekit.runtime.hotpath import hot_path
 
 _ROPE = dispatcher("rope")
 _ROPE_BACKWARD = dispatcher("rope_backward")
@@ -115,7 +115,7 @@ def _checked_views(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim
     heads_dim = _heads_dim(unsqueeze_dim)
     if views is None or heads_dim is None:
         raise InvalidInputError(
-            "tunekit::rotary_embedding takes only what its kernel takes; call tunekit.ops.rotary_embedding, which "
+            "tunekit::rotary_embedding takes only what its kernel takes; call tunekit.ops.rope_embedding, which "
             "runs torch's formula for the rest"
         )
     return views, heads_dim
@@ -159,12 +159,6 @@ def _like_inputs(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: 
     return _output_like(q), _output_like(k)
 
 
-_rotary_op = kernel_op("rotary_embedding")(_rotary)
-_rotary_op.register_fake(_like_inputs)
-_rotary_backward_op = kernel_op("rotary_embedding_backward")(_rotary_backward)
-_rotary_backward_op.register_fake(_like_inputs)
-
-
 def _rotary_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     _, _, cos, sin, unsqueeze_dim = inputs
     ctx.save_for_backward(cos, sin)
@@ -184,18 +178,15 @@ def _rotary_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[...
     return grad_of
 
 
-_ROTARY_EAGER = trainable(
-    "RotaryEmbeddingEager",
-    _rotary_op,
-    _rotary,
-    _rotary_setup,
-    _rotary_grad,
-    torch.ops.tunekit.rotary_embedding_backward,
-    _rotary_backward,
+_ROTARY_BACKWARD = declare(OpDeclaration("rotary_embedding_backward", _rotary_backward, _like_inputs))
+_ROTARY = declare(
+    OpDeclaration(
+        "rotary_embedding", _rotary, _like_inputs, Autograd(_rotary_setup, _rotary_grad, through=_ROTARY_BACKWARD)
+    )
 )
 
 
-@hot_path(_torch_rotary, **served_by(_ROPE, _ROPE_BACKWARD))
+@public_op(_torch_rotary, _ROPE, _ROPE_BACKWARD, runs=_ROTARY)
 def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim): (q_embed, k_embed)."""
     views = kernel_views(q, k, cos, sin, unsqueeze_dim)
@@ -205,8 +196,4 @@ def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_d
     # torch's formula where it trains: dispatch serves torch for the backward problem (untuned on a GPU)
     if trains and torch_trains_it(_ROPE_BACKWARD, views, q, k):
         return _torch_rotary(q, k, cos, sin, unsqueeze_dim)
-    if torch.compiler.is_compiling():
-        return torch.ops.tunekit.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
-    if trains:
-        return _ROTARY_EAGER.apply(q, k, cos, sin, unsqueeze_dim)
-    return _rotary(q, k, cos, sin, unsqueeze_dim)
+    return _ROTARY.run(q, k, cos, sin, unsqueeze_dim, trains=trains)

@@ -1,4 +1,4 @@
-"""The fused cross-entropy kernel (kernels/softmax/cross_entropy.py) and tunekit.ops.cross_entropy, in the interpreter:
+"""The fused cross-entropy kernel (kernels/row_softmax/) and tunekit.ops.cross_entropy, in the interpreter:
 loss and gradient against float64 for every dtype and reduction, ignored and out-of-range targets, what falls back
 to torch, torch.compile, and the eager hot path."""
 
@@ -22,7 +22,7 @@ from kernel_checks import (
 
 import tunekit.ops as ops
 from tunekit.core.errors import InvalidInputError
-from tunekit.kernels.softmax import cross_entropy as ce
+from tunekit.kernels.row_softmax import cross_entropy as ce
 from tunekit.runtime import dispatch, hotpath
 from tunekit.tuning.verify import check_outputs
 

@@ -1,6 +1,6 @@
 """Softmax and log_softmax over the last dim of a 2-D tensor, fp32 math, LOG as a constexpr flag.
 
-Three variants (see search_spaces/softmax/softmax.py): `single` keeps ROWS whole rows in registers (one read);
+Three variants (see search_spaces/row_softmax/softmax.py): `single` keeps ROWS whole rows in registers (one read);
 `online` walks one row in BLOCK_N chunks keeping a per-lane running max and rescaled sum (two reads);
 `looped` walks it three times (max, sum, write). Exponentials are exp2 of differences scaled by
 log2(e) = 1.4426950408889634 (written as a literal: a plain Python global is not visible inside @triton.jit).
@@ -38,8 +38,8 @@ from tunekit.kernels.common import (
 from tunekit.kernels.row_window import row_window, row_window_load, store_row_window, window_fits
 from tunekit.kernels.rows_perf_model import forward_model
 from tunekit.kernels.tolerances import rounded_once
+from tunekit.search_spaces.row_softmax.softmax import SPACE
 from tunekit.search_spaces.rows import MAX_BLOCK_ELEMENTS, MAX_CHUNKS, single_block_n
-from tunekit.search_spaces.softmax.softmax import SPACE
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint

@@ -1,4 +1,4 @@
-"""Search space of the softmax / log_softmax kernel (kernels/softmax/softmax.py), over the last dim of a 2-D tensor.
+"""Search space of the softmax / log_softmax kernel (kernels/row_softmax/softmax.py), over the last dim of a 2-D tensor.
 
 Four variants:
 - `single`: a program holds ROWS whole rows in registers as one [ROWS, BLOCK_N] block (BLOCK_N >= cols): one read,

@@ -1,4 +1,4 @@
-"""Search space of the fused cross-entropy kernel (kernels/softmax/cross_entropy.py): loss and d(loss)/d(logits) of 2-D
+"""Search space of the fused cross-entropy kernel (kernels/row_softmax/): loss and d(loss)/d(logits) of 2-D
 logits [rows, cols] (cols: the vocabulary) in one forward.
 
 Two variants, the row forward kernels' (search_spaces/rows.py):
