@@ -13,7 +13,8 @@ from tunekit.store.entry import TrialRecord
 from tunekit.tuning import perf_model as model
 from tunekit.tuning.early_stop import STOP_REASON, nothing_left_to_gain
 from tunekit.tuning.ranker import Ranker
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 SPEC = get_spec("gemm")
 RAW = Ranker("gemm")  # the model's own times, whatever ranker is shipped

@@ -13,7 +13,7 @@ from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
 from tunekit.tuning.phases import PHASES, PhaseTimes, Stopwatch
 from tunekit.tuning.shared_bench import SharedBench
-from tunekit.tuning.tuner import TuneOptions
+from tunekit.tuning.tune_types import TuneOptions
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 

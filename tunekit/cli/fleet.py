@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec
     from tunekit.fleet.queue import JobStatus
-    from tunekit.tuning.tuner import TuneOptions
+    from tunekit.tuning.tune_types import TuneOptions
 
 
 def tune_through_queue(

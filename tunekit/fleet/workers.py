@@ -29,7 +29,7 @@ from tunekit.tuning.storage import Lease
 if TYPE_CHECKING:
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.tuner import TuneReport
+    from tunekit.tuning.tune_types import TuneReport
 
 logger = logging.getLogger("tunekit")
 
