@@ -7,7 +7,7 @@ import pytest
 from toy_kernel import PlantedTimer
 
 from tunekit.core.device import fingerprint
-from tunekit.fleet.queue import Job
+from tunekit.fleet.jobs import Job
 from tunekit.fleet.workers import JobTimes, run_job
 from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
