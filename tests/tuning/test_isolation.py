@@ -30,7 +30,8 @@ from tunekit.core.errors import TunekitError
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import CudaEventTimer, WallClockTimer, timer_to_json
-from tunekit.tuning.isolation import IsolatedBench, prespawn
+from tunekit.tuning.isolation import IsolatedBench
+from tunekit.tuning.isolation_process import prespawn
 from tunekit.tuning.tune_types import TuneOptions
 from tunekit.tuning.tuner import isolated_timer, tune
 from tunekit.tuning.verify import InProcessBench

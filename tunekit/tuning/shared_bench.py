@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from tunekit.store.entry import Entry, TrialRecord
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.isolation import IsolatedBench, Spawned
+    from tunekit.tuning.isolation import IsolatedBench
+    from tunekit.tuning.isolation_process import WorkerProcess
     from tunekit.tuning.tune_types import Bench, TuneOptions, TuneReport
 
 
@@ -42,9 +43,9 @@ class SharedBench:
         self.candidate_timeout_s = candidate_timeout_s or options.candidate_timeout_s
         self._described = isolated_timer(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
         self.isolated: IsolatedBench | None = None
-        self._spawned: Spawned | None = None
+        self._spawned: WorkerProcess | None = None
         if self._described is not None:
-            from tunekit.tuning.isolation import prespawn
+            from tunekit.tuning.isolation_process import prespawn
 
             # Started now, the isolation worker's interpreter, imports and CUDA context (seconds) overlap the
             # queue, the cache and the first claim instead of following them.
