@@ -32,7 +32,7 @@ from tunekit.cli import app
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.runtime.dispatch import resolve
-from tunekit.store.database import FORMAT
+from tunekit.store.document_reader import FORMAT
 from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import DB_NAME, MAX_PAYLOAD_CHARS, Store

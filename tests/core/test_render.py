@@ -32,7 +32,6 @@ HOSTILE = [
 pytestmark = pytest.mark.usefixtures("wide_terminal")
 
 
-
 @pytest.mark.parametrize("text", HOSTILE)
 def test_plain_and_markup_show_the_text_as_itself(text):
     from rich.console import Console
@@ -89,7 +88,7 @@ def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
 def test_fleet_status_escapes_job_errors_and_worker_names(toy, tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     queue = JobQueue(url)
-    from tunekit.fleet.queue import Job
+    from tunekit.fleet.jobs import Job
 
     queue.submit([Job("toy", {"rows": 8, "cols": 32, "dtype": "[/nope]\x1b[31m"}, trials=2)])
     claim = queue.claim("[bold]worker\x1b]0;x\x07")

@@ -14,10 +14,11 @@ from helpers import cli
 from tunekit.core import backend
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
-from tunekit.evaluation import names, plot, report, report_tables, results, suite
+from tunekit.evaluation import checked_timing, names, plot, reference_rates, report, report_tables, results, suite
+from tunekit.evaluation.checked_timing import check_baseline, check_then_time
 from tunekit.evaluation.names import COMPILED, COPY, EAGER, EVENTS, GRAPH, HEURISTIC, MAX_AUTOTUNE, TUNEKIT, WALL
 from tunekit.evaluation.plot import plot_file, plot_run
-from tunekit.evaluation.report import check_baseline, check_then_time, run_bench
+from tunekit.evaluation.report import run_bench
 from tunekit.evaluation.results import (
     AUTOGRAD_NOTE,
     SMALL_PROBLEM_BYTES,
@@ -331,8 +332,8 @@ def gpu_context(timer, interpreted=False):
 
 def test_memory_rows_time_a_copy_of_their_own_bytes(monkeypatch):
     copied = []
-    real = report.copy_runner
-    monkeypatch.setattr(report, "copy_runner", lambda nbytes: copied.append(nbytes) or real(nbytes))
+    real = reference_rates.copy_runner
+    monkeypatch.setattr(reference_rates, "copy_runner", lambda nbytes: copied.append(nbytes) or real(nbytes))
     monkeypatch.setattr(report, "timing_method", lambda nbytes, interpreted: EVENTS)  # a bandwidth-sized row
     layernorm, gemm = families()["layernorm"], families()["gemm"]
     row = report.measure_row(layernorm, layernorm.tiny[0], gpu_context(FixedTimer()))
@@ -344,7 +345,7 @@ def test_memory_rows_time_a_copy_of_their_own_bytes(monkeypatch):
 
 
 def test_launch_bound_rows_time_no_copy(monkeypatch):
-    monkeypatch.setattr(report, "time_graphed", lambda timer, run: 0.002)
+    monkeypatch.setattr(checked_timing, "time_graphed", lambda timer, run: 0.002)
     layernorm = families()["layernorm"]
     row = report.measure_row(layernorm, layernorm.tiny[0], gpu_context(FixedTimer()))
     assert row.timing == GRAPH and row.get(COPY) is None  # held to the launch floor instead
@@ -396,7 +397,7 @@ def layernorm_backward_row_inputs():
 
 def test_autograd_baselines_are_timed_with_events_and_never_captured(monkeypatch):
     captured = []
-    monkeypatch.setattr(report, "time_graphed", lambda timer, run: captured.append(run) or 0.002)
+    monkeypatch.setattr(checked_timing, "time_graphed", lambda timer, run: captured.append(run) or 0.002)
     family, _, inputs = layernorm_backward_row_inputs()
     row = report.measure_row(family, family.tiny[0], gpu_context(FixedTimer(0.0195)))
     assert row.timing == GRAPH
@@ -416,15 +417,15 @@ def test_a_failed_capture_is_settled_before_falling_back_to_events(monkeypatch):
         raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
     settled = []
-    monkeypatch.setattr(report, "time_graphed", failed_capture)
-    monkeypatch.setattr(report, "_after_failed_capture", lambda: settled.append(True))
-    ms, timing, note = report._time(lambda: None, GRAPH, FixedTimer(0.5))
+    monkeypatch.setattr(checked_timing, "time_graphed", failed_capture)
+    monkeypatch.setattr(checked_timing, "_after_failed_capture", lambda: settled.append(True))
+    ms, timing, note = checked_timing.time_run(lambda: None, GRAPH, FixedTimer(0.5))
     assert (ms, timing) == (0.5, EVENTS) and note.startswith("graph capture failed") and settled == [True]
 
     def context_in_error():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(report, "_after_failed_capture", context_in_error)  # reported here, not on the next row
+    monkeypatch.setattr(checked_timing, "_after_failed_capture", context_in_error)  # reported here, not on the next row
     _, spec, inputs = layernorm_backward_row_inputs()
     build = lambda: lambda: spec.reference(inputs)  # noqa: E731
     m = check_then_time(EAGER, build, spec, spec.reference(inputs), GRAPH, FixedTimer(), baseline=True)

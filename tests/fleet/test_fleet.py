@@ -24,9 +24,10 @@ from helpers import TESTS, cli
 from toy_kernel import PlantedTimer
 
 from tunekit.core.errors import TunekitError
+from tunekit.fleet.jobs import ERROR_ATTR, JOB_ATTR, OWNER_ATTR, RESULT_ATTR, Job
 from tunekit.fleet.owner import owner_record
 from tunekit.fleet.plans import read_plan
-from tunekit.fleet.queue import ERROR_ATTR, JOB_ATTR, OWNER_ATTR, QUEUE_PREFIX, RESULT_ATTR, Job, JobQueue
+from tunekit.fleet.queue import QUEUE_PREFIX, JobQueue
 from tunekit.fleet.workers import interleave_kernels, run_job, work
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.runtime.recorder import record_problems
@@ -82,7 +83,6 @@ def any_storage(request, tmp_path):
 def leased_storage(request, tmp_path):
     """Storages with leases (Optuna's heartbeats: RDB storages only)."""
     return _url(request.param, tmp_path, request)
-
 
 
 def submit(url: str, shapes=SHAPES) -> None:

@@ -31,7 +31,8 @@ registry.KERNELS["faulty"] = "faulty_kernel"
 from tunekit.core.device import fingerprint  # noqa: E402
 from tunekit.store.key import CacheKey  # noqa: E402
 from tunekit.store.store import Store  # noqa: E402
-from tunekit.tuning.tuner import TuneOptions, tune  # noqa: E402
+from tunekit.tuning.tune_types import TuneOptions  # noqa: E402
+from tunekit.tuning.tuner import tune  # noqa: E402
 
 CANDIDATE_TIMEOUT_S = float(os.environ.get("CANDIDATE_TIMEOUT_S", "20"))
 

@@ -23,7 +23,8 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.store.entry import TrialRecord
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 SPEC = get_spec("gemm")
 MORE = [

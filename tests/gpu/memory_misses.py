@@ -56,8 +56,10 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
+from tunekit.evaluation.checked_timing import check_then_time
 from tunekit.evaluation.names import COPY, TUNEKIT
-from tunekit.evaluation.report import check_then_time, copy_measurement, kernel_runner
+from tunekit.evaluation.reference_rates import copy_measurement
+from tunekit.evaluation.report import kernel_runner
 from tunekit.evaluation.results import BenchRun, read_run, timing_method
 from tunekit.evaluation.suite import SEED, families
 from tunekit.kernels.common import pow2_divisor

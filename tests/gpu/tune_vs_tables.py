@@ -19,7 +19,8 @@ import time
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.timing_table import load_all
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 trials = int(sys.argv[1]) if len(sys.argv) > 1 else 15
 device = fingerprint()

@@ -33,7 +33,8 @@ from toy_kernel import PlantedTimer
 from tunekit.store.key import CacheKey
 from tunekit.core.device import fingerprint
 from tunekit.store.store import Store
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 toy = registry.get_spec("toy")
 device = fingerprint()
 """

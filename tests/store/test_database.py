@@ -12,7 +12,7 @@ from helpers import toy_entry
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import DatabaseError
 from tunekit.runtime.dispatch import resolve
-from tunekit.store import atomic, database
+from tunekit.store import atomic, database, document_reader
 from tunekit.store.database import (
     ImportResult,
     document,
@@ -231,7 +231,7 @@ class _Counted:
 def test_a_document_over_the_cap_is_refused_before_it_is_read(toy, tmp_path, monkeypatch):
     sparse = tmp_path / "huge.json"
     with sparse.open("wb") as f:
-        f.truncate(database.MAX_DOCUMENT_BYTES + 1)
+        f.truncate(document_reader.MAX_DOCUMENT_BYTES + 1)
     counted = _CountedOpen(monkeypatch, stream=False)
     with pytest.raises(DatabaseError, match=r"huge.json is larger than 64 MiB, the most a tuning database may hold"):
         read_document(sparse)
@@ -239,7 +239,7 @@ def test_a_document_over_the_cap_is_refused_before_it_is_read(toy, tmp_path, mon
 
 
 def test_a_stream_is_read_up_to_the_cap_and_refused_there(toy, tmp_path, monkeypatch):
-    monkeypatch.setattr(database, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(document_reader, "MAX_DOCUMENT_BYTES", 1000)
     path = _write(tmp_path, json.dumps(document([toy_entry(toy, fingerprint(), 1.0)]), indent=4))
     assert path.stat().st_size > 1000
     counted = _CountedOpen(monkeypatch, stream=True)

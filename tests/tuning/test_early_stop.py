@@ -13,7 +13,9 @@ from tunekit.store.entry import TrialRecord
 from tunekit.tuning import perf_model as model
 from tunekit.tuning.early_stop import STOP_REASON, nothing_left_to_gain
 from tunekit.tuning.ranker import Ranker
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.roofline import arch_for
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 SPEC = get_spec("gemm")
 RAW = Ranker("gemm")  # the model's own times, whatever ranker is shipped
@@ -55,7 +57,7 @@ class ModelledBench:
 
 def _modelled_times() -> dict:
     valid = SPEC.space.valid_configs(PROBLEM, H200)
-    ranked = model.rank("gemm", valid, PROBLEM, H200_LIMITS, arch=model.arch_for(H200.compute_capability))
+    ranked = model.rank("gemm", valid, PROBLEM, H200_LIMITS, arch=arch_for(H200.compute_capability))
     assert ranked
     return {config_id(q.config): q.ranked_clk * 1e-6 for q in ranked if q.launchable}
 

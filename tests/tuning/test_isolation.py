@@ -30,8 +30,11 @@ from tunekit.core.errors import TunekitError
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
 from tunekit.tuning.bench import CudaEventTimer, WallClockTimer, timer_to_json
-from tunekit.tuning.isolation import IsolatedBench, prespawn
-from tunekit.tuning.tuner import InProcessBench, TuneOptions, _isolation, tune
+from tunekit.tuning.isolation import IsolatedBench
+from tunekit.tuning.isolation_process import prespawn
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import isolated_timer, tune
+from tunekit.tuning.verify import InProcessBench
 
 PROBLEM = {"rows": 8, "cols": 64, "dtype": "float32"}
 FAULTS = {"2/a/1": "hang", "4/a/2": "exit", "8/a/1": "segfault", "2/b/2": "poison"}
@@ -97,15 +100,15 @@ def test_a_bug_in_the_worker_is_raised_not_recorded(toy, monkeypatch):
 
 
 def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_option(monkeypatch):
-    assert _isolation(TuneOptions(), WallClockTimer()) is None  # the interpreter: spawning costs seconds
-    assert _isolation(TuneOptions(isolate=True), WallClockTimer()) == {
+    assert isolated_timer(TuneOptions(), WallClockTimer()) is None  # the interpreter: spawning costs seconds
+    assert isolated_timer(TuneOptions(isolate=True), WallClockTimer()) == {
         "class": "tunekit.tuning.bench:WallClockTimer",
         "state": {"repeats": 3},
     }
     monkeypatch.setattr(backend, "INTERPRETED", False)
-    assert _isolation(TuneOptions(), CudaEventTimer())["class"] == "tunekit.tuning.bench:CudaEventTimer"
-    assert _isolation(TuneOptions(), PlantedTimer()) is None  # custom timers stay in-process unless forced
-    assert _isolation(TuneOptions(isolate=False), CudaEventTimer()) is None
+    assert isolated_timer(TuneOptions(), CudaEventTimer())["class"] == "tunekit.tuning.bench:CudaEventTimer"
+    assert isolated_timer(TuneOptions(), PlantedTimer()) is None  # custom timers stay in-process unless forced
+    assert isolated_timer(TuneOptions(isolate=False), CudaEventTimer()) is None
 
     class LocalTimer:
         label = "local"
@@ -114,7 +117,7 @@ def test_isolation_is_on_for_gpus_off_in_the_interpreter_and_forced_by_the_optio
             return 1.0
 
     with pytest.raises(TunekitError, match="isolate=True needs a timer the worker process can rebuild"):
-        _isolation(TuneOptions(isolate=True), LocalTimer())
+        isolated_timer(TuneOptions(isolate=True), LocalTimer())
     with pytest.raises(TunekitError, match="candidate timeout must be > 0"):
         TuneOptions(candidate_timeout_s=0)
 
@@ -171,7 +174,8 @@ def test_the_worker_dies_with_a_killed_tuner(tmp_path):
         registry.KERNELS["toy"] = "toy_kernel"
         from toy_kernel import PlantedTimer
         from tunekit.core.device import fingerprint
-        from tunekit.tuning.tuner import TuneOptions, tune
+        from tunekit.tuning.tune_types import TuneOptions
+        from tunekit.tuning.tuner import tune
         tune(registry.get_spec("toy"), {PROBLEM!r}, fingerprint(), TuneOptions(isolate=True), timer=PlantedTimer())
         """
     )

@@ -7,13 +7,13 @@ import pytest
 from toy_kernel import PlantedTimer
 
 from tunekit.core.device import fingerprint
-from tunekit.fleet.queue import Job
+from tunekit.fleet.jobs import Job
 from tunekit.fleet.workers import JobTimes, run_job
 from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
 from tunekit.tuning.phases import PHASES, PhaseTimes, Stopwatch
 from tunekit.tuning.shared_bench import SharedBench
-from tunekit.tuning.tuner import TuneOptions
+from tunekit.tuning.tune_types import TuneOptions
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 

@@ -13,7 +13,8 @@ from tunekit.core.space import Config
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning import precompile
 from tunekit.tuning.ranker import Ranker
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 SPEC = get_spec("gemm")
 PROBLEM = SPEC.default_problems(H200)[0]

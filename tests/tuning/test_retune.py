@@ -13,7 +13,9 @@ from helpers import cli
 from tunekit.core.device import fingerprint
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
-from tunekit.tuning.tuner import ALREADY_TUNED, InProcessBench, TuneOptions, tune
+from tunekit.tuning.tune_types import ALREADY_TUNED, TuneOptions
+from tunekit.tuning.tuner import tune
+from tunekit.tuning.verify import InProcessBench
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 

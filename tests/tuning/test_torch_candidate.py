@@ -15,7 +15,8 @@ from tunekit.runtime import dispatch
 from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
 from tunekit.tuning.bench import WallClockTimer
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 PROBLEM = make_problem(1000, 3000, 2000, "bfloat16", has_bias=True)
 

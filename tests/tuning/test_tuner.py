@@ -5,7 +5,8 @@ from toy_kernel import PlantedTimer
 
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import TunekitError
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 PROBLEM = {"rows": 8, "cols": 32, "dtype": "float32"}
 

@@ -18,7 +18,8 @@ from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import Ranker, shipped_ranker
-from tunekit.tuning.tuner import TuneOptions, tune
+from tunekit.tuning.tune_types import TuneOptions
+from tunekit.tuning.tuner import tune
 
 SPEC = get_spec("gemm")
 RAW = Ranker("gemm")  # no correction: the model's mechanics alone, whatever ranker is shipped

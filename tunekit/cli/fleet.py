@@ -28,15 +28,16 @@ from tunekit.core.render import markup, plain
 if TYPE_CHECKING:
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec
-    from tunekit.fleet.queue import JobStatus
-    from tunekit.tuning.tuner import TuneOptions
+    from tunekit.fleet.jobs import JobStatus
+    from tunekit.tuning.tune_types import TuneOptions
 
 
 def tune_through_queue(
     work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
 ) -> None:
     """`tune --submit`: queue the problems as jobs; `tune --workers N`: also run N local workers, wait, print."""
-    from tunekit.fleet.queue import Job, JobQueue
+    from tunekit.fleet.jobs import Job
+    from tunekit.fleet.queue import JobQueue
     from tunekit.fleet.workers import interleave_kernels, run_workers
 
     if submit and workers is not None:
@@ -160,7 +161,8 @@ def status(
     """Jobs queued, running, done and failed in each queue of --storage."""
     import json
 
-    from tunekit.fleet.queue import STATES, JobQueue, queue_names
+    from tunekit.fleet.jobs import STATES
+    from tunekit.fleet.queue import JobQueue, queue_names
 
     storage = storage or default_queue_url()
     path = _storage_file(storage)

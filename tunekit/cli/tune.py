@@ -20,7 +20,7 @@ from tunekit.core.errors import TunekitError
 if TYPE_CHECKING:
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec
-    from tunekit.tuning.tuner import TuneOptions
+    from tunekit.tuning.tune_types import TuneOptions
 
 # tune's queue and isolation options, named here so that its signature stays a readable list.
 SubmitOpt = Annotated[
@@ -136,7 +136,7 @@ def tune(
     --workers the problems become jobs in a queue in --storage, for workers on any machine.
     """
     from tunekit.tuning.samplers import make_sampler
-    from tunekit.tuning.tuner import TuneOptions
+    from tunekit.tuning.tune_types import TuneOptions
 
     work_list = _work_list(kernel, shape, dtype, plan)
     queued = submit or workers is not None

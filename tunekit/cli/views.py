@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tunekit.core.spec import KernelSpec
     from tunekit.store.entry import Entry
     from tunekit.store.store import Store
-    from tunekit.tuning.tuner import TuneReport
+    from tunekit.tuning.tune_types import TuneReport
 
 INTERPRETER_NOTE = (
     "note: kernels run in Triton's interpreter on the CPU. Its timings only show that the kernels run and give "

@@ -23,6 +23,7 @@ from tunekit.evaluation.simulate import check_table, heuristic_ms, table_name
 from tunekit.evaluation.timing_table import TimingTable
 from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import WEIGHTS_FILE, Ranker
+from tunekit.tuning.roofline import arch_for
 
 LOOP_STEP_GRID = (0.0, 200.0, 400.0, 800.0, 1600.0, 3200.0)  # SM clocks per main-loop step
 RIDGE = 0.01  # per unit of (normalised) table weight: keeps rarely seen features near zero
@@ -58,7 +59,7 @@ def _sample(table: TimingTable, loop_step_clk: float | None) -> _Sample | None:
 
 def _compute_sample(table: TimingTable, loop_step_clk: float | None) -> _Sample | None:
     rows = table.ok_rows()
-    arch = perf_model.arch_for(table.fingerprint.compute_capability)
+    arch = arch_for(table.fingerprint.compute_capability)
     if loop_step_clk is not None:
         arch = replace(arch, loop_step_clk=loop_step_clk)
     configs = [r.config for r in rows]

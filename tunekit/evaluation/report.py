@@ -12,36 +12,32 @@ Problems under SMALL_PROBLEM_BYTES are launch-bound: they are timed as CUDA-grap
 (the graph replayed under do_bench, so L2 is flushed per replay, not per call) and reported in µs against the
 launch floor, an empty Triton kernel timed the same way, never as bandwidth. In the interpreter every time is host
 wall-clock, and no rate or roofline is claimed.
+
+Here: a run and its rows. Checking then timing one implementation is tunekit.evaluation.checked_timing, the run's
+rates tunekit.evaluation.reference_rates, the max-autotune baseline's child process tunekit.evaluation.max_autotune.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
-
     from tunekit.core.space import Problem
-    from tunekit.core.spec import KernelSpec, Outputs, Tolerance
+    from tunekit.core.spec import KernelSpec, Outputs
     from tunekit.evaluation.suite import Family
     from tunekit.evaluation.suite_baselines import Runner
     from tunekit.tuning.bench import Timer
 
-from tunekit.evaluation.names import COMPILED, COPY, EAGER, EVENTS, GRAPH, HEURISTIC, MAX_AUTOTUNE, TUNEKIT
+from tunekit.evaluation.checked_timing import check_then_time, error_note
+from tunekit.evaluation.max_autotune import max_autotune_measurement
+from tunekit.evaluation.names import COMPILED, EAGER, GRAPH, HEURISTIC, TUNEKIT
+from tunekit.evaluation.reference_rates import copy_bandwidth_gbps, copy_measurement, launch_floor_ms, matmul_tflops
 from tunekit.evaluation.results import (
-    AUTOGRAD_NOTE,
-    COPY_BYTES,
-    GRAPH_LAUNCHES,
-    MATMUL_SIZE,
     BenchOptions,
     BenchRun,
     Measurement,
@@ -49,173 +45,6 @@ from tunekit.evaluation.results import (
     roofline_ms,
     timing_method,
 )
-
-# ---------------------------------------------------------------------------------------------- timing
-
-_RESULT_PREFIX = "tunekit-bench-result: "
-_MAX_NOTE = 300
-
-
-def _why(exc: BaseException) -> str:
-    """The exception's class and first line: one table note, not a traceback."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:_MAX_NOTE]
-
-
-def time_graphed(timer: Timer, run: Runner, launches: int = GRAPH_LAUNCHES) -> float:
-    """ms per call of `run`, from a CUDA graph of `launches` calls replayed under the timer (no launch overhead)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture: lazy init (cuBLAS handles, workspaces) happens here
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            run()
-    return timer(graph.replay, {}) / launches
-
-
-def _after_failed_capture() -> None:
-    """Raise what a failed capture left pending here, as the failing implementation's error, not at the next
-    implementation's first launch; a context left in error raises here too (and every later row then fails)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _time(run: Runner, method: str, timer: Timer) -> tuple[float, str, str]:
-    """(ms, how it was timed, note). A graph that cannot be captured falls back to events, and says so."""
-    from tunekit.evaluation.suite_baselines import AutogradRunner
-
-    if method == GRAPH and isinstance(run, AutogradRunner):
-        # Not even tried: autograd's backward runs off the capture stream, and the capture that failed on the
-        # H200 could leave the context in error for everything measured after it.
-        return timer(run, {}), EVENTS, AUTOGRAD_NOTE
-    if method == GRAPH:
-        try:
-            return time_graphed(timer, run), GRAPH, ""
-        except RuntimeError as exc:
-            _after_failed_capture()
-            return timer(run, {}), EVENTS, f"graph capture failed, timed with events: {_why(exc)}"
-    return timer(run, {}), method, ""
-
-
-def _as_outputs(result: object) -> Outputs:
-    import torch
-
-    if isinstance(result, torch.Tensor):
-        return (result,)
-    if not isinstance(result, (tuple, list)):
-        raise TypeError(f"an implementation returned {type(result).__name__}, not tensors")
-    return tuple(result)
-
-
-def baseline_tolerance(tol: Tolerance, reference: torch.Tensor) -> Tolerance:
-    """The kernel's tolerance with atol widened to rtol * max|reference|: relative to the output's scale.
-
-    A baseline is user code in the input dtype: torch eager rounds every intermediate (a @ b, + bias, gelu,
-    + residual), so where the last ops cancel, one ulp of an intermediate of magnitude 4-8 (0.03 in bf16) is an
-    absolute error on a near-zero output. Errors on the output's scale (a missing bias, zeros) still fail.
-    """
-    from tunekit.core.spec import Tolerance
-
-    peak = float(reference.detach().abs().nan_to_num(0.0).max()) if reference.numel() else 0.0
-    return Tolerance(max(tol.atol, tol.rtol * peak), tol.rtol)
-
-
-def check_baseline(spec: KernelSpec, outputs: Outputs, expected: Outputs) -> str | None:
-    """check_outputs with each floating output's tolerance scaled to that output (baseline_tolerance)."""
-    from tunekit.tuning.verify import check_outputs
-
-    return check_outputs(spec, outputs, expected, widen=baseline_tolerance)
-
-
-def check_then_time(
-    impl: str,
-    build: Callable[[], Runner],
-    spec: KernelSpec,
-    expected: Outputs,
-    method: str,
-    timer: Timer,
-    *,
-    baseline: bool,
-) -> Measurement:
-    """Build, run once and check against the reference; time only what is correct. Errors become the row's note.
-
-    `baseline`: torch and cuBLASLt code, checked by check_baseline; tunekit's kernels keep the kernel's tolerance.
-    """
-    from tunekit.tuning.verify import check_outputs
-
-    check = check_baseline if baseline else check_outputs
-    try:
-        run = build()
-        wrong = check(spec, _as_outputs(run()), expected)
-    except Exception as exc:  # a baseline that cannot run (compile error, unsupported shape) is reported, not fatal
-        return Measurement(impl, "failed", note=_why(exc))
-    if wrong is not None:
-        return Measurement(impl, "wrong", note=wrong)
-    try:
-        ms, timing, note = _time(run, method, timer)
-    except Exception as exc:
-        return Measurement(impl, "failed", note=_why(exc))
-    return Measurement(impl, "ok", ms=float(ms), timing=timing, note=note)
-
-
-def copy_runner(nbytes: int) -> Runner:
-    """One device-to-device copy of `nbytes` (read + write: 2 * nbytes moved)."""
-    import torch
-
-    from tunekit.core import backend
-
-    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=backend.torch_device())
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
-
-
-def copy_bandwidth_gbps(timer: Timer, nbytes: int = COPY_BYTES) -> float:
-    """Device-to-device copy, counting bytes read plus bytes written (the practical memory roofline)."""
-    ms = timer(copy_runner(nbytes), {})
-    return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
-def copy_measurement(bytes_moved: int, method: str, timer: Timer) -> Measurement:
-    """A copy moving the row's bytes (half read, half written), timed like the row: what a problem of this size
-    can reach. 32-64 MiB do not reach the 1 GiB copy's rate (launch, ramp-up and tail), not even as a copy."""
-    try:
-        ms, timing, note = _time(copy_runner(max(bytes_moved // 2, 1)), method, timer)
-    except Exception as exc:  # e.g. out of memory: the row keeps its roofline ratio
-        return Measurement(COPY, "failed", note=_why(exc))
-    return Measurement(COPY, ms=float(ms), timing=timing, note=note)
-
-
-def matmul_tflops(timer: Timer, size: int = MATMUL_SIZE) -> float:
-    """The tensor-core roofline: torch.matmul of random bf16 size³ (cuBLAS), in TFLOP/s."""
-    import torch
-
-    from tunekit.core import backend
-
-    device = backend.torch_device()
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    ms = timer(lambda: torch.matmul(a, b), {})
-    return 2 * size**3 / (ms * 1e-3) / 1e12
-
-
-def launch_floor_ms(timer: Timer, interpreted: bool) -> float:
-    """An empty Triton kernel, timed as launch-bound problems are (CUDA graph; wall-clock in the interpreter)."""
-    from tunekit.evaluation.suite_baselines import empty_kernel
-
-    def run() -> None:
-        empty_kernel[(1,)]()
-
-    if interpreted:
-        return timer(run, {})
-    return time_graphed(timer, run)
-
 
 # ---------------------------------------------------------------------------------------------- one row
 
@@ -260,7 +89,7 @@ def _tunekit_measurements(
     try:
         configs.append((TUNEKIT, dict(d.config(key))))
     except TunekitError as exc:  # e.g. TUNEKIT_STRICT's cache miss
-        measurements.append(Measurement(TUNEKIT, "failed", note=_why(exc)))
+        measurements.append(Measurement(TUNEKIT, "failed", note=error_note(exc)))
     if ctx.options.heuristic:
         configs.append((HEURISTIC, dict(spec.heuristic(problem, fingerprint()))))
     for impl, config in configs:
@@ -297,7 +126,7 @@ def _torch_measurements(
             build = lambda: compiled_runner(program(inputs), None, backend)  # noqa: E731
             measurements.append(check_then_time(COMPILED, build, spec, expected, method, ctx.timer, baseline=True))
         if ctx.options.max_autotune:
-            measurements.append(_max_autotune(family, problem, method, ctx))
+            measurements.append(max_autotune_measurement(family, problem, method, ctx.options, ctx.interpreted))
     for baseline in family.baselines:
         runner = baseline.build(inputs)
         if isinstance(runner, str):
@@ -337,61 +166,6 @@ def measure_row(family: Family, problem: Problem, ctx: _Context) -> Row:
 
 
 # ---------------------------------------------------------------------------------------------- max-autotune
-
-
-def _max_autotune(family: Family, problem: dict[str, Any], method: str, ctx: _Context) -> Measurement:
-    """torch.compile max-autotune in a child process: its autotuning can run for many minutes on one shape, and only
-    a process can be stopped at the time limit (its GPU work with it). It rebuilds the same inputs from the seed."""
-    if ctx.interpreted and ctx.options.compile_backend == "inductor":
-        return Measurement(MAX_AUTOTUNE, "skipped", note="max-autotune benchmarks Triton templates on a GPU")
-    request = {
-        "family": family.name,
-        "kernel": family.kernel,
-        "problem": problem,
-        "method": method,
-        "backend": ctx.options.compile_backend,
-    }
-    command = [sys.executable, "-c", "from tunekit.evaluation.report import max_autotune_child; max_autotune_child()"]
-    limit = ctx.options.compile_timeout_s
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: inductor's compile workers die with it
-    )
-    try:
-        out, err = proc.communicate(json.dumps(request), timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return Measurement(MAX_AUTOTUNE, "timeout", note=f"compile + check + timing did not finish in {limit:g} s")
-    for line in reversed(out.splitlines()):
-        if line.startswith(_RESULT_PREFIX):
-            return Measurement.from_json(json.loads(line[len(_RESULT_PREFIX) :]))
-    tail = err.strip().splitlines()[-1] if err.strip() else f"exit status {proc.returncode}"
-    return Measurement(MAX_AUTOTUNE, "failed", note=f"child process: {tail}"[:_MAX_NOTE])
-
-
-def max_autotune_child() -> None:
-    """The child's side: one request on stdin, one result line on stdout."""
-    from tunekit.core import backend
-    from tunekit.core.registry import get_spec
-    from tunekit.evaluation.suite import SEED, families, family_for
-    from tunekit.evaluation.suite_baselines import compiled_runner
-    from tunekit.tuning.bench import default_timer
-
-    request = json.loads(sys.stdin.read())
-    family = families().get(request["family"]) or family_for(request["kernel"])
-    spec = get_spec(family.kernel)
-    inputs = family.adapt_inputs(spec.make_inputs(request["problem"], backend.torch_device(), SEED))
-    program = family.torch_program
-    assert program is not None
-    build = lambda: compiled_runner(program(inputs), "max-autotune", request["backend"])  # noqa: E731
-    expected = spec.reference(inputs)
-    m = check_then_time(MAX_AUTOTUNE, build, spec, expected, request["method"], default_timer(), baseline=True)
-    print(_RESULT_PREFIX + json.dumps(asdict(m)), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -442,7 +216,7 @@ def start_run(
     try:
         run.launch_floor_ms = launch_floor_ms(timer, interpreted)
     except Exception as exc:  # the floor is context for launch-bound rows, not a reason to stop the run
-        run.notes.append(f"launch floor not measured: {_why(exc)}")
+        run.notes.append(f"launch floor not measured: {error_note(exc)}")
     compile_enabled, why = _compile_decision(options, interpreted)
     if why:
         run.notes.append(why)
@@ -469,5 +243,3 @@ def run_bench(
         if on_row is not None:
             on_row(run)
     return run
-
-

@@ -20,7 +20,8 @@ from tunekit.evaluation.timing_table import TimingTable
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import CudaEventTimer
 from tunekit.tuning.ranker import Ranker
-from tunekit.tuning.tuner import TuneOptions, TuneReport, tune
+from tunekit.tuning.tune_types import TuneOptions, TuneReport
+from tunekit.tuning.tuner import tune
 
 __all__ = ["CandidateCost", "SimulatedClock", "SimulatedDevice", "Simulation", "check_table", "simulate_tune"]
 

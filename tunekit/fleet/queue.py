@@ -1,13 +1,12 @@
 """The job queue: jobs as trials of one Optuna study per queue, claimed, leased, completed with their entries and
-exported (the design: tunekit.fleet's docstring)."""
+exported (the design: tunekit.fleet's docstring). A job and its status: tunekit.fleet.jobs; a held job:
+tunekit.fleet.claims."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -15,10 +14,20 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
-from tunekit.core.canonical import digest
 from tunekit.core.errors import TunekitError
-from tunekit.core.render import brief
-from tunekit.core.space import Value
+from tunekit.fleet.claims import Claim, Heartbeat
+from tunekit.fleet.jobs import (
+    ERROR_ATTR,
+    JOB_ATTR,
+    OWNER_ATTR,
+    RESULT_ATTR,
+    STATES,
+    UNREADABLE_RESULT,
+    WORKER_ATTR,
+    Job,
+    JobStatus,
+    job_status,
+)
 from tunekit.fleet.owner import describe_owner, owner_alive, owner_record
 from tunekit.store.entry import Entry, merge_entries
 from tunekit.tuning.storage import Lease, is_journal, open_storage, quiet_experimental
@@ -26,82 +35,7 @@ from tunekit.tuning.storage import Lease, is_journal, open_storage, quiet_experi
 logger = logging.getLogger("tunekit")
 
 QUEUE_PREFIX = "tunekit:jobs:"
-JOB_ATTR = "tunekit:job"
-RESULT_ATTR = "tunekit:result"
-ERROR_ATTR = "tunekit:error"
-WORKER_ATTR = "tunekit:worker"
-OWNER_ATTR = "tunekit:owner"
-STATES = ("queued", "running", "done", "failed")
 IDLE_POLL_S = 1.0
-
-
-@dataclass(frozen=True)
-class Job:
-    kernel: str
-    problem: dict[str, Value]
-    trials: int = 30
-    sampler: str = "tpe"
-    seed: int = 0
-    timeout_s: float | None = None
-
-    @property
-    def id(self) -> str:
-        return digest(self._fields())
-
-    def _fields(self) -> dict[str, Any]:
-        return {
-            "kernel": self.kernel,
-            "problem": dict(self.problem),
-            "trials": self.trials,
-            "sampler": self.sampler,
-            "seed": self.seed,
-            "timeout_s": self.timeout_s,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, **self._fields()}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Job:
-        """A job as a queue stores it; TunekitError naming the field when it is not what `submit` writes."""
-        if not isinstance(data, dict):
-            raise TunekitError(f"a job must be an object, but got {type(data).__name__}")
-        problem = data.get("problem")
-        if not isinstance(data.get("kernel"), str):
-            raise TunekitError(f"a job's kernel must be a string, but got {brief(data.get('kernel'))}")
-        if not isinstance(problem, dict) or not all(
-            isinstance(k, str) and isinstance(v, (str, bool, int)) for k, v in problem.items()
-        ):
-            raise TunekitError(f"a job's problem must map names to strings, bools or ints, but got {brief(problem)}")
-        for name in ("trials", "seed"):
-            value = data.get(name)
-            if type(value) is not int or value < (1 if name == "trials" else 0):
-                raise TunekitError(f"a job's {name} must be an int >= {int(name == 'trials')}, but got {brief(value)}")
-        if not isinstance(data.get("sampler"), str):
-            raise TunekitError(f"a job's sampler must be a string, but got {brief(data.get('sampler'))}")
-        timeout = data.get("timeout_s")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
-        ):
-            raise TunekitError(f"a job's timeout_s must be null or a positive number, but got {brief(timeout)}")
-        return cls(data["kernel"], dict(problem), data["trials"], data["sampler"], data["seed"], timeout)
-
-    def describe(self) -> str:
-        return f"{self.kernel} " + ",".join(f"{k}={v}" for k, v in self.problem.items())
-
-
-@dataclass
-class JobStatus:
-    """One job as the queue sees it: the state of its latest trial (done if any trial completed)."""
-
-    job: Job
-    state: str
-    attempts: int
-    worker: str = ""
-    entry: Entry | None = None
-    error: str = ""
-    owner_gone: bool = False  # running, but its worker process is known to be gone (tunekit requeue --stale)
-    trial_id: int | None = None  # the latest trial's (the one a requeue fails)
 
 
 # --- storages ---------------------------------------------------------------------------------------------------
@@ -118,42 +52,6 @@ def _is_queue(study_name: str) -> bool:
 
 
 # --- the queue --------------------------------------------------------------------------------------------------
-
-
-class _Heartbeat:
-    """Records the heartbeat of a claimed job every interval until stopped (Optuna's lease, kept by us)."""
-
-    def __init__(self, storage: RDBStorage, trial_id: int, interval_s: int) -> None:
-        self._storage, self._trial_id, self._interval = storage, trial_id, interval_s
-        self._stop = threading.Event()
-        storage.record_heartbeat(trial_id)  # at once: a job with no heartbeat at all is never found stale
-        self._thread = threading.Thread(target=self._run, name=f"tunekit-heartbeat-{trial_id}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._storage.record_heartbeat(self._trial_id)
-            except Exception as exc:  # the storage is unreachable for a moment: the lease may lapse, nothing else
-                logger.warning("tunekit: heartbeat of job trial %s failed: %s", self._trial_id, exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@dataclass
-class Claim:
-    """A job this worker holds: a RUNNING trial of the queue (with its heartbeat where the storage has leases)."""
-
-    job: Job
-    trial_id: int
-    heartbeat: _Heartbeat | None = field(default=None, repr=False)
-
-    def stop(self) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-            self.heartbeat = None
 
 
 class JobQueue:
@@ -309,7 +207,7 @@ class JobQueue:
             claim = Claim(job, trial_id)
             if self.lease is not None:
                 assert isinstance(self.storage, RDBStorage)
-                claim.heartbeat = _Heartbeat(self.storage, trial_id, self.lease.heartbeat_s)
+                claim.heartbeat = Heartbeat(self.storage, trial_id, self.lease.heartbeat_s)
             self._set_attr(claim, OWNER_ATTR, owner_record(trial_id))
             if worker:
                 self._set_attr(claim, WORKER_ATTR, worker)
@@ -364,11 +262,11 @@ class JobQueue:
         statuses = []
         for job_id, group in trials.items():
             try:
-                status = _status(group)
+                status = job_status(group)
             except TunekitError as exc:
                 self._skip(job_id, f"its job is unreadable ({exc}); left out")
                 continue
-            if status.error.startswith(_UNREADABLE_RESULT):
+            if status.error.startswith(UNREADABLE_RESULT):
                 self._skip(status.job.id, status.error + "; its result is left out")
             statuses.append(status)
         return statuses
@@ -391,49 +289,6 @@ class JobQueue:
         return [s.entry for s in self.jobs() if s.entry is not None]
 
 
-_UNREADABLE_RESULT = "unreadable result: "
-
-
-def _status(trials: list[FrozenTrial]) -> JobStatus:
-    """The job's status from its trials; TunekitError when its job attribute is not a job."""
-    trials = sorted(trials, key=lambda t: t.number)
-    done = next((t for t in trials if t.state == TrialState.COMPLETE), None)
-    latest = done or trials[-1]
-    job = Job.from_json(latest.user_attrs[JOB_ATTR])
-    state = {
-        TrialState.WAITING: "queued",
-        TrialState.RUNNING: "running",
-        TrialState.COMPLETE: "done",
-    }.get(latest.state, "failed")
-    entry, error = None, ""
-    if done is not None:
-        try:
-            entry = result_entry(done.user_attrs.get(RESULT_ATTR))
-        except TunekitError as exc:
-            error = _UNREADABLE_RESULT + str(exc)
-    elif state == "failed":
-        error = str(latest.user_attrs.get(ERROR_ATTR, "its worker stopped sending heartbeats, too many times"))
-    return JobStatus(
-        job=job,
-        state=state,
-        attempts=sum(t.state != TrialState.WAITING for t in trials),
-        worker=str(latest.user_attrs.get(WORKER_ATTR, "")) if state != "queued" else "",
-        entry=entry,
-        error=error,
-        owner_gone=state == "running" and owner_alive(latest.user_attrs.get(OWNER_ATTR), latest._trial_id) is False,
-        trial_id=latest._trial_id,
-    )
-
-
-def result_entry(result: Any) -> Entry:
-    """A job's result attribute as a cache entry, checked as an imported database entry is (TunekitError if not)."""
-    from tunekit.store.database import validate_entry
-
-    if not isinstance(result, dict):
-        raise TunekitError(f"a result must be a cache entry (an object), but got {brief(result)}")
-    return validate_entry(result, where="result")
-
-
 def export_entries(
     url: str, kernel: str | None = None, device_key: str | None = None, skipped: dict[str, str] | None = None
 ) -> list[Entry]:
@@ -454,11 +309,3 @@ def export_entries(
             old = merged.get(entry.key)
             merged[entry.key] = entry if old is None else merge_entries(old, entry)
     return list(merged.values())
-
-
-# --- plans ------------------------------------------------------------------------------------------------------
-
-
-# --- the worker -------------------------------------------------------------------------------------------------
-
-

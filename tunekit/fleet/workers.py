@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.core.errors import TunekitError
 from tunekit.core.problems import check_problem
-from tunekit.fleet.queue import IDLE_POLL_S, Claim, Job, JobQueue
+from tunekit.fleet.claims import Claim
+from tunekit.fleet.jobs import Job
+from tunekit.fleet.queue import IDLE_POLL_S, JobQueue
 from tunekit.store.entry import Entry
 from tunekit.tuning.phases import PHASES as PROBLEM_PHASES
 from tunekit.tuning.phases import PhaseTimes
@@ -29,7 +31,7 @@ from tunekit.tuning.storage import Lease
 if TYPE_CHECKING:
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.tuner import TuneReport
+    from tunekit.tuning.tune_types import TuneReport
 
 logger = logging.getLogger("tunekit")
 

@@ -1,7 +1,8 @@
 """Tuning databases: a versioned JSON document of entries. Export, validated import and merge, shipped DBs.
 
 An imported document is checked as strictly as serving checks a config, before anything is written:
-- its size is capped (MAX_DOCUMENT_BYTES) and it is read with bounded memory: the text, then one entry at a time;
+- its size is capped and it is read with bounded memory: the text, then one entry at a time
+  (tunekit.store.document_reader);
 - a key twice in one JSON object, or one cache key twice in the entries, is an error;
 - every config is in its kernel's space, and the best config and every config measured "ok" pass the space's rules
   for the entry's problem on the entry's device (the device object must be the one its key names);
@@ -19,9 +20,6 @@ import itertools
 import json
 import logging
 import math
-import os
-import re
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from tunekit.core.registry import get_spec, kernel_names
 from tunekit.core.render import all_text, brief
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
+from tunekit.store.document_reader import FORMAT, DocumentText, open_document
 from tunekit.store.entry import TRIAL_STATUSES, Entry
 from tunekit.store.floors import floor_text, time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
@@ -42,12 +41,7 @@ from tunekit.store.user_entries import is_user_kernel, validate_user_entry
 
 logger = logging.getLogger("tunekit")
 
-FORMAT = "tunekit-db"
 _MAX_TIME_MS = 1e7  # a measured time above ~3 hours is not a measurement
-# The shipped H200 database of 344 entries is 0.8 MB: 64 MiB is room for ~25,000 entries, and parsing it stays
-# well under a GiB. A larger file is refused before it is read.
-MAX_DOCUMENT_BYTES = 64 << 20
-_READ_CHUNK_BYTES = 1 << 20
 
 
 def document(entries: Iterable[Entry]) -> dict[str, Any]:
@@ -245,157 +239,24 @@ def _validate_trials(
         )
 
 
-# --- reading: bounded, one entry at a time --------------------------------------------------------------------------
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in obj:
-            raise ValueError(f"duplicate key {brief(name)} in one object")
-        obj[name] = value
-    return obj
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (times and values must be finite numbers)")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
-def _read_capped(path: Path) -> str:
-    """The file's text, refused past MAX_DOCUMENT_BYTES without reading more than that (pipes and devices too)."""
-    mib, rest = divmod(MAX_DOCUMENT_BYTES, 1 << 20)
-    cap = f"{mib} MiB" if mib and not rest else f"{MAX_DOCUMENT_BYTES} bytes"
-    too_big = f"{path} is larger than {cap}, the most a tuning database may hold (split it by --kernel or --device)"
-    try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_DOCUMENT_BYTES:
-                raise DatabaseError(too_big)
-            chunks, size = [], 0
-            while size <= MAX_DOCUMENT_BYTES:  # in chunks: read(cap) would allocate the whole cap at once
-                chunk = f.read(min(_READ_CHUNK_BYTES, MAX_DOCUMENT_BYTES + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            raw = b"".join(chunks)
-            del chunks
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise DatabaseError(too_big)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatabaseError(f"cannot read {path}: not UTF-8 text ({exc})") from None
-
-
-class _Document:
-    """A parsed document's header (format, schema) and where each entry's text lies: entries are decoded one at a
-    time, so memory holds the text and one entry, not the whole tree (a JSON tree is ~9x its text)."""
-
-    def __init__(self, text: str, path: Path) -> None:
-        self.text, self.path = text, path
-        self.header: dict[str, Any] = {}
-        self.spans: list[tuple[int, int]] = []
-        try:
-            self._walk()
-        except ValueError as exc:  # JSONDecodeError, a duplicate key, a constant, an int too long to parse
-            raise DatabaseError(f"{path} is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise DatabaseError(f"{path} is not a {FORMAT} document: nested too deeply") from None
-        header = self.header
-        _require(header.get("format") == FORMAT, str(path), f"not a {FORMAT} document")
+def _entries(doc: DocumentText) -> Iterator[Entry]:
+    """Each entry validated in turn (DatabaseError on the first problem); a cache key twice is an error."""
+    first_at: dict[str, int] = {}
+    for index, data in enumerate(doc.objects()):
+        entry = validate_entry(data, index)
+        seen = first_at.setdefault(entry.key.digest, index)
         _require(
-            type(header.get("schema")) is int and header.get("schema") == SCHEMA_VERSION,
-            str(path),
-            f"schema must be {SCHEMA_VERSION}, but got {brief(header.get('schema'))}",
+            seen == index,
+            f"entry {index}",
+            f"the same key as entry {seen} ({entry.key.kernel} "
+            f"{','.join(f'{k}={v}' for k, v in entry.key.problem)}): a document holds each key once",
         )
-        _require("entries" in header, str(path), "'entries' must be a list")
-
-    def _skip(self, pos: int) -> int:
-        match = _WHITESPACE.match(self.text, pos)
-        return match.end() if match else pos
-
-    def _expect(self, pos: int, chars: str) -> str:
-        found = self.text[pos : pos + 1]
-        if not found or found not in chars:
-            want = " or ".join(repr(c) for c in chars)
-            raise ValueError(f"expecting {want} at char {pos}" + ("" if found else " (the text ends there)"))
-        return found
-
-    def _walk(self) -> None:
-        text = self.text
-        pos = self._skip(0)
-        if text[pos : pos + 1] != "{":
-            _DECODER.raw_decode(text, pos)  # the decoder's own error for text that is not JSON
-            raise DatabaseError(f"{self.path}: not a {FORMAT} document (not a JSON object)")
-        pos = self._skip(pos + 1)
-        if text[pos : pos + 1] != "}":
-            while True:
-                self._expect(pos, '"')
-                name, pos = _DECODER.raw_decode(text, pos)
-                if name in self.header:
-                    raise ValueError(f"duplicate key {brief(name)} in one object")
-                pos = self._skip(pos)
-                self._expect(pos, ":")
-                pos = self._skip(pos + 1)
-                if name == "entries" and text[pos : pos + 1] == "[":
-                    self.header[name] = []  # the entries stay text until iterated
-                    pos = self._entries(pos)
-                else:
-                    self.header[name], pos = _DECODER.raw_decode(text, pos)
-                    if name == "entries":
-                        raise DatabaseError(f"{self.path}: 'entries' must be a list")
-                pos = self._skip(pos)
-                if self._expect(pos, ",}") == "}":
-                    break
-                pos = self._skip(pos + 1)
-        pos = self._skip(pos + 1)
-        if pos != len(text):
-            raise ValueError(f"extra data after the document at char {pos}")
-
-    def _entries(self, pos: int) -> int:
-        pos = self._skip(pos + 1)
-        if self.text[pos : pos + 1] == "]":
-            return pos + 1
-        while True:
-            _, end = _DECODER.raw_decode(self.text, pos)  # checked now, decoded again when iterated
-            self.spans.append((pos, end))
-            pos = self._skip(end)
-            if self._expect(pos, ",]") == "]":
-                return pos + 1
-            pos = self._skip(pos + 1)
-
-    def entries(self) -> Iterator[Entry]:
-        """Each entry validated in turn (DatabaseError on the first problem); a cache key twice is an error."""
-        first_at: dict[str, int] = {}
-        for index, (start, _end) in enumerate(self.spans):
-            entry = validate_entry(_DECODER.raw_decode(self.text, start)[0], index)
-            seen = first_at.setdefault(entry.key.digest, index)
-            _require(
-                seen == index,
-                f"entry {index}",
-                f"the same key as entry {seen} ({entry.key.kernel} "
-                f"{','.join(f'{k}={v}' for k, v in entry.key.problem)}): a document holds each key once",
-            )
-            yield entry
-
-    def __len__(self) -> int:
-        return len(self.spans)
-
-
-def _open_document(path: Path) -> _Document:
-    return _Document(_read_capped(path), path)
+        yield entry
 
 
 def read_document(path: Path) -> list[Entry]:
     """Parse and validate a whole file; raise DatabaseError on the first problem. Nothing is written here."""
-    return list(_open_document(path).entries())
+    return list(_entries(open_document(path)))
 
 
 @dataclass(frozen=True)
@@ -413,12 +274,12 @@ class ImportResult:
 def import_document(store: Store, path: Path) -> ImportResult:
     """Validated merge. Every entry is checked before the first write; then all are written in one transaction
     (a failure part-way leaves the store as it was)."""
-    doc = _open_document(path)
-    for _ in doc.entries():  # validate everything first, holding no lock and one entry at a time
+    doc = open_document(path)
+    for _ in _entries(doc):  # validate everything first, holding no lock and one entry at a time
         pass
     outcomes = {"added": 0, "improved": 0, "kept": 0}
     with store.transaction():
-        for entry in doc.entries():
+        for entry in _entries(doc):
             outcomes[_import_one(store, entry, path)] += 1
     return ImportResult(len(doc), **outcomes)
 

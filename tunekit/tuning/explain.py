@@ -17,16 +17,8 @@ from typing import TYPE_CHECKING
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.occupancy import RESERVED_SMEM_PER_BLOCK
 from tunekit.core.space import Config, Problem, Value, config_id
-from tunekit.tuning.perf_model import (
-    HOPELESS_RATIO,
-    Arch,
-    Quantization,
-    arch_for,
-    prune,
-    rank,
-    reason_kind,
-    seed_configs,
-)
+from tunekit.tuning.perf_model import HOPELESS_RATIO, Quantization, prune, rank, reason_kind, seed_configs
+from tunekit.tuning.roofline import Arch, arch_for
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint

@@ -18,6 +18,7 @@ from tunekit.store.nearest import nearest_entry
 from tunekit.tuning import early_stop, perf_model
 from tunekit.tuning.candidates import Candidates
 from tunekit.tuning.ranker import Ranker, shipped_ranker, usable_ranker
+from tunekit.tuning.roofline import arch_for
 
 MODEL_SEEDS = 8  # top-modelled configs measured right after the heuristic (one per tile family first)
 
@@ -56,7 +57,7 @@ class ModelGuide:
             limits = device_limits()
         if limits is None or perf_model.kernel_model(spec.name) is None:
             return None  # the interpreter has no SMs to model; the strategy is plain TPE there
-        arch = perf_model.arch_for(device.compute_capability)
+        arch = arch_for(device.compute_capability)
         scope = (spec.name, spec.source_hash, device.key)
         others = [e for e in tuned if e.key.scope == scope and dict(e.key.problem) != dict(problem)]
         shared = _same_quantization(spec, problem, device, limits, others)

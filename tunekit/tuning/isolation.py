@@ -15,43 +15,36 @@ The next candidate starts a fresh worker (`restarts` counts them). One worker ca
 previous inputs and builds the new ones, so torch, Triton, the CUDA context and Triton's compiled kernels are paid
 for once; a worker replaced after a fault starts on the current target. A worker can also be started before its
 first target is known (`prespawn`: it warms up while the caller gets the target). This module is the parent's
-side; the worker's, and the protocol between them (JSON lines, nothing pickled), is tunekit.tuning.isolation_worker.
+side, what a fault means for the candidate; the worker process as the parent handles it (started, spoken to, its death
+explained) is tunekit.tuning.isolation_process; the worker's side, and the protocol between them (JSON lines, nothing
+pickled), is tunekit.tuning.isolation_worker.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import select
-import signal
 import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from tunekit.core import backend, registry
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
 from tunekit.store.entry import TrialRecord
+from tunekit.tuning.isolation_process import (
+    EXIT_GRACE_S,
+    WorkerDied,
+    WorkerProcess,
+    WorkerTimeout,
+    current_cuda_device,
+    spawn_worker,
+)
 
 logger = logging.getLogger("tunekit")
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and Triton and building the inputs; not a candidate's time
-_EXIT_GRACE_S = 10.0
-_STDERR_TAIL = 400
-
-
-class _Timeout(Exception):
-    pass
-
-
-class _Died(Exception):
-    pass
 
 
 def kernel_module(spec: KernelSpec) -> str:
@@ -68,17 +61,6 @@ def kernel_module(spec: KernelSpec) -> str:
     )
 
 
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit status {returncode}"
-
-
 class IsolatedBench:
     """The parent's side: measures candidates in a worker, replacing it after a hang, a death or a bad context."""
 
@@ -91,7 +73,7 @@ class IsolatedBench:
         timeout_s: float,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         label: str = "",
-        spawned: Spawned | None = None,
+        spawned: WorkerProcess | None = None,
     ) -> None:
         self.spec = spec
         self.label = label  # the timer's label, recorded in entries' provenance
@@ -99,16 +81,14 @@ class IsolatedBench:
         self.startup_timeout_s = startup_timeout_s
         self.restarts = 0  # workers replaced after a hang, a death, a corrupted context or a failed switch
         self.started = 0  # worker processes spawned (1 when one served every target)
-        self._device_index = None if backend.INTERPRETED else _current_cuda_device()
+        self._device_index = None if backend.INTERPRETED else current_cuda_device()
         self._init = self._init_request(spec, problem, seed, timer)
         self._loaded: dict[str, Any] | None = None  # the init the running worker holds
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
-        self._buffer = b""
+        self._worker: WorkerProcess | None = None
         self._busy = False  # a request is in flight (an interrupted caller must not wait for its reply)
         self.last_phases: dict[str, float] = {}  # the last measurement's seconds by phase, as the worker timed them
         if spawned is not None:  # started ahead (prespawn): its first init waits only for what is not done yet
-            self._proc, self._stderr = spawned.proc, spawned.stderr
+            self._worker = spawned
             self.started += 1
 
     def _init_request(self, spec: KernelSpec, problem: Problem, seed: int, timer: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +134,7 @@ class IsolatedBench:
         """
         if self._busy:
             self._kill()  # an earlier request was cut short: its reply may still come, the worker's state is unknown
-        if self._proc is not None and self._proc.poll() is None:
+        if self._worker is not None and self._worker.running():
             if self._loaded == self._init:
                 return
             try:
@@ -184,7 +164,7 @@ class IsolatedBench:
             self._send({"op": "precompile", "configs": [dict(c) for c in configs], "threads": threads})
             reply = self._receive(self.timeout_s)
             self._busy = False
-        except (_Timeout, _Died):
+        except (WorkerTimeout, WorkerDied):
             self._kill()
             self.restarts += 1
             return
@@ -192,19 +172,19 @@ class IsolatedBench:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._worker.proc.pid if self._worker is not None else None
 
     def close(self) -> None:
-        proc = self._proc
-        if proc is None:
+        worker = self._worker
+        if worker is None:
             return
         if self._busy:  # interrupted mid-candidate (Ctrl-C, an exception): the worker may be hung; no goodbye
             self._kill()
             return
         try:
             self._send({"op": "exit"})
-            proc.wait(timeout=_EXIT_GRACE_S)
-        except (_Died, subprocess.TimeoutExpired):
+            worker.proc.wait(timeout=EXIT_GRACE_S)
+        except (WorkerDied, subprocess.TimeoutExpired):
             pass
         self._kill()
 
@@ -224,7 +204,7 @@ class IsolatedBench:
             self._send(request)
             reply = self._receive(self.timeout_s)
             self._busy = False
-        except _Timeout:
+        except WorkerTimeout:
             self._kill()
             self.restarts += 1
             return TrialRecord(
@@ -232,7 +212,7 @@ class IsolatedBench:
                 "failed",
                 error=f"timeout: no result within {self.timeout_s:g} s (candidate timeout); the worker was killed",
             )
-        except _Died as died:
+        except WorkerDied as died:
             self.restarts += 1
             return TrialRecord(dict(config), "failed", error=f"worker died: {died}")
         if "bug" in reply:
@@ -251,9 +231,7 @@ class IsolatedBench:
 
     def _spawn(self) -> None:
         self._kill()
-        self._buffer = b""
-        spawned = _spawn_process()
-        self._proc, self._stderr = spawned.proc, spawned.stderr
+        self._worker = spawn_worker()
         self.started += 1
 
     def _load(self, failed: str) -> None:
@@ -263,14 +241,14 @@ class IsolatedBench:
             self._send(self._init)
             reply = self._receive(self.startup_timeout_s)
             self._busy = False
-        except _Timeout:
-            tail = self._stderr_tail()
+        except WorkerTimeout:
+            tail = self._worker.stderr_tail() if self._worker is not None else ""
             self._kill()
             raise TunekitError(
                 f"the benchmarking worker for {self.spec.name} {failed}: no reply within "
                 f"{self.startup_timeout_s:g} s" + (f" ({tail})" if tail else "")
             ) from None
-        except _Died as exc:
+        except WorkerDied as exc:
             raise TunekitError(f"the benchmarking worker for {self.spec.name} {failed}: {exc}") from None
         if "ok" not in reply:
             self._kill()
@@ -284,128 +262,27 @@ class IsolatedBench:
         return f"{self.spec.name} " + ",".join(f"{k}={v}" for k, v in self._init["problem"].items())
 
     def _send(self, message: dict[str, Any]) -> None:
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None
+        assert self._worker is not None
         try:
-            proc.stdin.write((json.dumps(message) + "\n").encode())
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise _Died(self._death()) from None
+            self._worker.send(message)
+        except WorkerDied:
+            self._kill()  # gone: the next request starts a fresh worker
+            raise
 
     def _receive(self, timeout_s: float) -> dict[str, Any]:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        fd = proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Timeout
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise _Died(self._death())
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def _death(self) -> str:
-        """Why the worker is gone: its exit status and the end of its stderr. Reaps it."""
-        proc = self._proc
-        assert proc is not None
+        assert self._worker is not None
         try:
-            proc.wait(timeout=_EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        why = describe_exit(proc.returncode)
-        tail = self._stderr_tail()
-        self._kill()
-        return f"{why}: {tail}" if tail else why
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        try:
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - _STDERR_TAIL))
-            text = self._stderr.read().decode(errors="replace")
-        except (OSError, ValueError):
-            return ""
-        return " | ".join(line.strip() for line in text.strip().splitlines()[-4:])
+            return self._worker.receive(timeout_s)
+        except WorkerDied:
+            self._kill()
+            raise
 
     def _kill(self) -> None:
         self._busy = False
         self._loaded = None
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-
-
-def _current_cuda_device() -> int:
-    import torch
-
-    return int(torch.cuda.current_device())
-
-
-@dataclass
-class Spawned:
-    """A worker process started before it has a target: `IsolatedBench(spawned=...)` adopts it."""
-
-    proc: subprocess.Popen[bytes]
-    stderr: IO[bytes]
-
-    def close(self) -> None:
-        """Stop a worker that was never adopted."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-
-
-def _spawn_process() -> Spawned:
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115  lives as long as the worker; closed with it
-    proc = subprocess.Popen(
-        # This module's name on the command line (what finds workers looks for it); its __main__ runs the worker.
-        [sys.executable, "-m", "tunekit.tuning.isolation", str(os.getpid())],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        start_new_session=True,  # a Ctrl-C reaches the parent, which then closes the worker
-    )
-    return Spawned(proc, stderr)
-
-
-def prespawn() -> Spawned:
-    """Start a worker now, before its first target is known, and have it warm up.
-
-    Its interpreter, imports and CUDA context (seconds) then overlap whatever the caller does before the first
-    target (a fleet worker: opening the queue and the cache, claiming a job). The warm-up has no reply; the
-    first init's reply comes once the warm-up and the init are both done.
-    """
-    spawned = _spawn_process()
-    warm = {"op": "warm", "device_index": None if backend.INTERPRETED else _current_cuda_device()}
-    assert spawned.proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, OSError):  # a worker that died at once is reported by the init
-        spawned.proc.stdin.write((json.dumps(warm) + "\n").encode())
-        spawned.proc.stdin.flush()
-    return spawned
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
 
 
 if __name__ == "__main__":  # the worker process: `python -m tunekit.tuning.isolation <parent pid>`

@@ -16,7 +16,8 @@ from tunekit.store.entry import Entry, TrialRecord
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 from tunekit.tuning.bench import Timer
-from tunekit.tuning.tuner import Bench, TuneOptions, TuneReport, tune
+from tunekit.tuning.tune_types import Bench, TuneOptions, TuneReport
+from tunekit.tuning.tuner import tune
 
 __all__ = ["TuneOptions", "TuneReport", "tune_and_store"]
 
@@ -51,7 +52,7 @@ def tune_and_store(
     report = tune(
         spec, problem, device, options, timer=timer, previous=previous, warm_start=related, tuned=tuned,
         on_trial=on_trial, checkpoint=keep, bench=bench
-    )
+    )  # fmt: skip
     if report.skipped or keep is None:
         return report.entry, report
     return keep(report.entry), report

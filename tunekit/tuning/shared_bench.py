@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from tunekit.store.entry import Entry, TrialRecord
     from tunekit.store.store import Store
     from tunekit.tuning.bench import Timer
-    from tunekit.tuning.isolation import IsolatedBench, Spawned
-    from tunekit.tuning.tuner import Bench, TuneOptions, TuneReport
+    from tunekit.tuning.isolation import IsolatedBench
+    from tunekit.tuning.isolation_process import WorkerProcess
+    from tunekit.tuning.tune_types import Bench, TuneOptions, TuneReport
 
 
 class SharedBench:
@@ -34,16 +35,17 @@ class SharedBench:
         self, timer: Timer | None = None, isolate: bool | None = None, candidate_timeout_s: float | None = None
     ) -> None:
         from tunekit.tuning.bench import default_timer
-        from tunekit.tuning.tuner import TuneOptions, _isolation
+        from tunekit.tuning.tune_types import TuneOptions
+        from tunekit.tuning.tuner import isolated_timer
 
         self.timer = timer or default_timer()
         options = TuneOptions(isolate=isolate)
         self.candidate_timeout_s = candidate_timeout_s or options.candidate_timeout_s
-        self._described = _isolation(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
+        self._described = isolated_timer(options, self.timer)  # the timer as the worker rebuilds it; None: in-process
         self.isolated: IsolatedBench | None = None
-        self._spawned: Spawned | None = None
+        self._spawned: WorkerProcess | None = None
         if self._described is not None:
-            from tunekit.tuning.isolation import prespawn
+            from tunekit.tuning.isolation_process import prespawn
 
             # Started now, the isolation worker's interpreter, imports and CUDA context (seconds) overlap the
             # queue, the cache and the first claim instead of following them.
@@ -51,7 +53,7 @@ class SharedBench:
 
     def open(self, spec: KernelSpec, problem: Problem, seed: int) -> Bench:
         """The bench for one problem, ready to measure (a load failure raises TunekitError: the problem's failure)."""
-        from tunekit.tuning.tuner import InProcessBench
+        from tunekit.tuning.verify import InProcessBench
 
         if self._described is None:
             return InProcessBench(spec, problem, seed, self.timer)
@@ -88,9 +90,7 @@ class SharedBench:
         if self.isolated is not None:
             self.isolated.close()
 
-    def on_first_use(
-        self, spec: KernelSpec, problem: Problem, seed: int, phases: PhaseTimes | None = None
-    ) -> Bench:
+    def on_first_use(self, spec: KernelSpec, problem: Problem, seed: int, phases: PhaseTimes | None = None) -> Bench:
         """The bench for one problem, opened when the tuner first uses it (a problem already tuned starts
         nothing), timing torch's op as tune() does without a bench (tunekit.tuning.torch_candidate), and adding its
         seconds to `phases` (startup, compile, verify, bench, torch)."""
@@ -106,28 +106,26 @@ class SharedBench:
         options: TuneOptions,
         store: Store | None,
         *,
-        put: Callable[[Entry], Entry] | None = None,
         on_trial: Callable[[TrialRecord, int], bool | None] | None = None,
         phases: PhaseTimes | None = None,
     ) -> tuple[Entry, TuneReport]:
-        """Tune and store one problem on this bench: the one per-problem path of `tune --plan` in one process,
-        tune_plan and fleet workers. `phases` (also the report's) receives where its seconds went, even when it
-        fails; `put` stores an entry (default `store.put`)."""
+        """Tune one problem on this bench and put the result in `store` (when given): the one per-problem path of
+        `tune --plan` in one process, tune_plan and fleet workers. `phases` (also the report's) receives where its
+        seconds went, even when it fails."""
         from tunekit.tuning.orchestrate import tune_and_store
 
         phases = phases if phases is not None else PhaseTimes()
         started = time.perf_counter()
-        keep = put if put is not None else (store.put if store is not None else None)
 
         def timed_put(entry: Entry) -> Entry:
-            assert keep is not None
+            assert store is not None
             with phases.timing("store"):
-                return keep(entry)
+                return store.put(entry)
 
         bench = self.on_first_use(spec, problem, options.seed, phases)
         try:
             entry, report = tune_and_store(
-                spec, problem, device, options, store, put=timed_put if keep is not None else None, timer=self.timer,
+                spec, problem, device, options, store, put=timed_put if store is not None else None, timer=self.timer,
                 bench=bench, on_trial=on_trial,
             )  # fmt: skip
         finally:

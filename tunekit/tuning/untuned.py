@@ -14,6 +14,7 @@ from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec
 from tunekit.tuning import perf_model
 from tunekit.tuning.ranker import shipped_ranker, usable_ranker
+from tunekit.tuning.roofline import arch_for
 
 
 def model_pick(
@@ -28,7 +29,7 @@ def model_pick(
     if limits is None:
         return None
     valid = spec.space.valid_configs(problem, device)
-    arch = perf_model.arch_for(device.compute_capability)
+    arch = arch_for(device.compute_capability)
     ranked = perf_model.rank(spec.name, valid, problem, limits, arch=arch, ranker=ranker)
     launchable = [q for q in ranked or () if q.launchable]
     return dict(launchable[0].config) if launchable else None

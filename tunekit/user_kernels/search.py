@@ -130,7 +130,8 @@ class Searcher:
         return configs
 
     def _search(self, spec: Any, stored: StoredKernel, problem: dict[str, Value]) -> Entry:
-        from tunekit.tuning.tuner import TuneOptions, tune
+        from tunekit.tuning.tune_types import TuneOptions
+        from tunekit.tuning.tuner import tune
 
         options = TuneOptions(trials=self.trials, sampler="tpe", isolate=False, remeasure_top=1)
         report = tune(spec, problem, stored.device, options, timer=self.timer)
