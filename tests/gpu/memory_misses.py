@@ -63,7 +63,7 @@ from tunekit.evaluation.report import kernel_runner
 from tunekit.evaluation.results import BenchRun, read_run, timing_method
 from tunekit.evaluation.suite import SEED, families
 from tunekit.kernels.common import pow2_divisor
-from tunekit.kernels.norms.layernorm_backward import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
+from tunekit.kernels.persistent import SUM_BLOCK_G, SUM_BLOCK_N, SUM_WARPS, _sum_partials
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.norms.layernorm_backward import persistent_programs
 from tunekit.search_spaces.rows import single_block_n
