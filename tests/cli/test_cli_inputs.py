@@ -49,10 +49,19 @@ BASE_FOR: dict[tuple[str, str], list[str]] = {
 # name below (whether a path must exist, a string is a kernel or a dtype, depends on the option).
 BY_TYPE: dict[str, list[str]] = {"int": ["abc", "1.5", ""], "float": ["abc", "1e", ""]}
 NEGATIVE_COUNTS = ["-1", "0"]
+
+
+def problem_options(
+    command: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] = ()
+) -> dict[tuple[str, str], list[str]]:
+    """Bad values of a command's kernel, shape and dtype options: an unknown kernel, a shape with a zero and a dtype no
+    kernel takes, then the command's own `shapes` and `dtypes`."""
+    bad = {"kernel": ["nope"], "shape": ["0x4", *shapes], "dtype": ["float8", *dtypes]}
+    return {(command, option): values for option, values in bad.items()}
+
+
 BY_NAME: dict[tuple[str, str], list[str]] = {
-    ("tune", "kernel"): ["nope"],
-    ("tune", "shape"): ["0x4", "axb", "8x32x2"],
-    ("tune", "dtype"): ["float8", "int8", "float64"],
+    **problem_options("tune", shapes=("axb", "8x32x2"), dtypes=("int8", "float64")),
     ("tune", "trials"): NEGATIVE_COUNTS,
     ("tune", "timeout"): ["-1", "0"],
     ("tune", "sampler"): ["annealing"],
@@ -69,31 +78,21 @@ BY_NAME: dict[tuple[str, str], list[str]] = {
     ("status", "storage"): ["nope://x"],  # a missing file is "nothing queued yet": status creates nothing
     ("requeue", "storage"): ["nope://x"],
     ("plan", "file"): ["{tmp}/missing/plan.jsonl"],
-    ("plan", "kernel"): ["nope"],
-    ("plan", "shape"): ["0x4", "axb"],
-    ("plan", "dtype"): ["float8", "int8"],
-    ("show", "kernel"): ["nope"],
-    ("show", "shape"): ["0x4"],
-    ("show", "dtype"): ["float8"],
+    **problem_options("plan", shapes=("axb",), dtypes=("int8",)),
+    **problem_options("show"),
     ("export", "out"): ["{tmp}/missing/db.json", "{tmp}"],
     ("export", "kernel"): ["nope"],
     ("export", "storage"): ["nope://x"],
     ("import", "path"): ["{tmp}/missing.json", "{tmp}", "{tmp}/garbage.json"],
     ("forget", "kernel"): ["nope"],
-    ("bench", "kernel"): ["nope"],
+    **problem_options("bench"),
     ("bench", "suite"): ["nope"],
-    ("bench", "shape"): ["0x4"],
-    ("bench", "dtype"): ["float8"],
     ("bench", "summary"): ["{tmp}/missing.json"],
     ("bench", "compile_timeout"): ["-1"],
     ("plot", "results"): ["{tmp}/missing.json", "{tmp}/garbage.json"],
-    ("record", "kernel"): ["nope"],
-    ("record", "shape"): ["0x4"],
-    ("record", "dtype"): ["float8"],
+    **problem_options("record"),
     ("record", "workers"): NEGATIVE_COUNTS,
-    ("explain", "kernel"): ["nope"],
-    ("explain", "shape"): ["0x4", "64x64"],
-    ("explain", "dtype"): ["float8"],
+    **problem_options("explain", shapes=("64x64",)),
     ("explain", "table"): ["nope/none", "{tmp}/missing.json.gz"],
     ("efficiency", "tables"): ["{tmp}/missing.json.gz", "{tmp}/garbage.json"],
     ("efficiency", "strategies"): ["nope", ","],

@@ -1,9 +1,9 @@
 """Tuning without a GPU: the real tuner run against a device that answers from a recorded timing table.
 
-A `SimulatedDevice` is a `tunekit.tuning.tuner.Bench` whose measurements are the rows of a `TimingTable` (an exhaustive
-sweep recorded on real hardware), and whose cost is charged to a `SimulatedClock`: a candidate costs its recorded
-compile time plus what the real tuner spends verifying and timing it. Search strategies can then be compared on a
-CPU machine, deterministically, in trials and in the device seconds they would have taken.
+A `SimulatedDevice` is a `tunekit.tuning.tune_types.Bench` whose measurements are the rows of a `TimingTable` (an
+exhaustive sweep recorded on real hardware), and whose cost is charged to a `SimulatedClock`: a candidate costs its
+recorded compile time plus what the real tuner spends verifying and timing it. Search strategies can then be compared
+on a CPU machine, deterministically, in trials and in the device seconds they would have taken.
 """
 
 from __future__ import annotations
