@@ -78,4 +78,5 @@ CASES: dict[str, Case] = {
         lambda q, k: _rotary(q, k, ops.rotary_embedding),
         lambda q, k: _rotary(q, k, _torch_rotary),
     ),
+    "swiglu": (((4, 3, 24), (4, 3, 24)), lambda g, u: ops.swiglu(g, u), lambda g, u: F.silu(g) * u),
 }

@@ -90,10 +90,8 @@ EAGER_TRAINED = (
 )
 
 
-@pytest.mark.parametrize("name", EAGER_TRAINED)
-def test_eager_training_takes_the_autograd_function_not_the_custom_op(name, monkeypatch):
-    """Eager calls whose gradients flow run the op's eager autograd Function: no tunekit custom op is called,
-    forward or backward, and the gradients still match torch's."""
+def _spy_on_custom_ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the torch.ops.tunekit ops called from now on (the list fills as they are)."""
     called: list[str] = []
     real_ops = torch.ops.tunekit
 
@@ -103,6 +101,14 @@ def test_eager_training_takes_the_autograd_function_not_the_custom_op(name, monk
             return getattr(real_ops, attr)
 
     monkeypatch.setattr(torch.ops, "tunekit", Spy())
+    return called
+
+
+@pytest.mark.parametrize("name", EAGER_TRAINED)
+def test_eager_training_takes_the_autograd_function_not_the_custom_op(name, monkeypatch):
+    """Eager calls whose gradients flow run the op's eager autograd Function: no tunekit custom op is called,
+    forward or backward, and the gradients still match torch's."""
+    called = _spy_on_custom_ops(monkeypatch)
     _check(name, torch.float32, lambda case: case[1])
     assert called == [], f"{name} went through torch.ops.tunekit.{called}"
 
@@ -115,3 +121,21 @@ def test_eager_double_backward_raises(name):
     grads = torch.autograd.grad(out.square().sum(), leaves[0], create_graph=True)
     with pytest.raises(RuntimeError, match="differentiate twice"):
         grads[0].sum().backward()
+
+
+# ---- ops without a backward kernel: where gradients flow, the call is torch's own formula ----
+
+TORCH_TRAINED = ("swiglu",)
+
+
+@pytest.mark.parametrize("name", TORCH_TRAINED)
+def test_training_calls_run_torch_own_formula(name, monkeypatch):
+    """No tunekit custom op runs, forward or backward: torch's autograd records torch's ops, so the gradients are
+    torch's (double backward included)."""
+    called = _spy_on_custom_ops(monkeypatch)
+    _check(name, torch.float32, lambda case: case[1])
+    shapes, call, _ = CASES[name]
+    leaves = [torch.randn(s).requires_grad_() for s in shapes]
+    (grad,) = torch.autograd.grad(call(*leaves).square().sum(), leaves[0], create_graph=True)
+    grad.sum().backward()
+    assert called == [], f"{name} went through torch.ops.tunekit.{called}"

@@ -499,6 +499,36 @@ def rotary_embedding_calls(draw: st.DrawFn) -> Call:
 
 
 @st.composite
+def swiglu_calls(draw: st.DrawFn) -> Call:
+    """gate and up of one shape (0-d, empty and odd sizes, NaN and inf among the values), each in a layout of its
+    own; or the two halves of one fused [..., 2N] projection; or a half-precision up with a float32 gate (torch
+    promotes; a half gate would round silu in its own dtype first, which torch does too), or of a shape that
+    broadcasts against gate's (torch's formula; shapes torch refuses keep torch's error: tests/kernels/swiglu/)."""
+    shape = draw(st.lists(st.sampled_from(SIZES), min_size=0, max_size=3))
+    if math.prod(shape) > 600:
+        shape = shape[:2]
+    layouts = st.sampled_from(["contiguous", "transposed", "strided", "offset", "expanded"])
+    special = draw(st.booleans()) and draw(st.booleans())
+    kind = draw(st.sampled_from(["same"] * 5 + ["fused", "other-dtype", "broadcast"]))
+    dtype = torch.float32 if kind == "other-dtype" else draw(st.sampled_from(SUPPORTED))
+    up_dtype = draw(st.sampled_from([torch.float16, torch.bfloat16])) if kind == "other-dtype" else dtype
+    seed = draw(st.integers(0, 2**16))
+    if kind == "fused" and shape:
+        both = _make([*shape[:-1], 2 * shape[-1]], dtype, "contiguous", special, seed)
+        gate, up = both[..., : shape[-1]], both[..., shape[-1] :]
+    else:
+        up_shape = shape[-1:] if kind == "broadcast" else shape
+        gate = _make(shape, dtype, draw(layouts), special, seed)
+        up = _make(up_shape, up_dtype, draw(layouts), special, seed + 1)
+    return Call(
+        {"gate": gate, "up": up},
+        lambda t: ops.swiglu(t["gate"], t["up"]),
+        lambda t: F.silu(t["gate"]) * t["up"],
+        out_dtype=torch.promote_types(dtype, up_dtype),
+    )
+
+
+@st.composite
 def cross_entropy_calls(draw: st.DrawFn) -> Call:
     """Logits [N, V] (odd V, strided rows, NaN and inf among them), int64 targets (some ignored, the target not a
     leaf: it is closed over), each reduction."""
@@ -531,6 +561,7 @@ CASES: dict[str, Callable[[], st.SearchStrategy[Call]]] = {
     "rotary_embedding": rotary_embedding_calls,
     "softmax": lambda: softmax_calls(log=False),
     "sum": lambda: sum_mean_calls(mean=False),
+    "swiglu": swiglu_calls,
 }
 
 

@@ -9,6 +9,7 @@ from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import max, mean, sum
 from tunekit.ops.rope import rotary_embedding
 from tunekit.ops.row_softmax import cross_entropy, log_softmax, softmax
+from tunekit.ops.swiglu import swiglu
 from tunekit.runtime import compile_policy
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "rotary_embedding",
     "softmax",
     "sum",
+    "swiglu",
 ]
 
 compile_policy.check_forced_names(__all__)

@@ -1,0 +1,1 @@
+"""The gated MLP activation's space: swiglu.py."""
