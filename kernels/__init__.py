@@ -4,7 +4,7 @@ names. A family's spaces sit in the same-named package under search_spaces/.
 
 Families: gemm/ (the fused-epilogue GEMM), norms/ (LayerNorm, RMSNorm, forward and backward), row_softmax/ (softmax,
 log-softmax, cross-entropy), reduction/ (sum, mean, max), pointwise/ (the fused elementwise chain, forward and
-backward), rope/ (rotary embedding, forward and backward). Each family package's docstring lists its modules; a
+backward), rope/ (rotary embedding, forward and backward), glu/ (SwiGLU, forward). Each family package's docstring lists its modules; a
 `perf_model.py` in it is the family's tile geometry for the quantization model (tunekit/core/geometry.py).
 
 Shared host and jit code, in one place each:

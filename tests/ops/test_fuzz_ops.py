@@ -503,7 +503,7 @@ def swiglu_calls(draw: st.DrawFn) -> Call:
     """gate and up of one shape (0-d, empty and odd sizes, NaN and inf among the values), each in a layout of its
     own; or the two halves of one fused [..., 2N] projection; or a half-precision up with a float32 gate (torch
     promotes; a half gate would round silu in its own dtype first, which torch does too), or of a shape that
-    broadcasts against gate's (torch's formula; shapes torch refuses keep torch's error: tests/kernels/swiglu/)."""
+    broadcasts against gate's (torch's formula; shapes torch refuses keep torch's error: tests/kernels/glu/)."""
     shape = draw(st.lists(st.sampled_from(SIZES), min_size=0, max_size=3))
     if math.prod(shape) > 600:
         shape = shape[:2]

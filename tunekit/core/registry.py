@@ -21,7 +21,7 @@ KERNELS: dict[str, str] = {
     "cross_entropy": "tunekit.kernels.row_softmax.cross_entropy",
     "rope": "tunekit.kernels.rope.rope",
     "rope_backward": "tunekit.kernels.rope.rope_backward",
-    "swiglu": "tunekit.kernels.swiglu.swiglu",
+    "swiglu": "tunekit.kernels.glu.swiglu",
     "gemm": "tunekit.kernels.gemm",
 }
 

@@ -60,7 +60,8 @@ _WATCH: Watch | None = None
 
 
 def note_torch_served() -> None:
-    """Dispatch served TORCH to the watched call (dispatch calls this only while a call is watched)."""
+    """Torch served the watched call: dispatch served TORCH, or an op ran torch's own formula for the whole call (a
+    no-op unless a call is watched)."""
     if _WATCH is not None:
         _WATCH.torch_served = True
 

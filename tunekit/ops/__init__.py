@@ -4,12 +4,12 @@
 """
 
 from tunekit.ops.gemm import linear, matmul
+from tunekit.ops.glu import swiglu
 from tunekit.ops.norms import layer_norm, rms_norm
 from tunekit.ops.pointwise import bias_act, bias_act_residual, gelu
 from tunekit.ops.reduction import max, mean, sum
 from tunekit.ops.rope import rotary_embedding
 from tunekit.ops.row_softmax import cross_entropy, log_softmax, softmax
-from tunekit.ops.swiglu import swiglu
 from tunekit.runtime import compile_policy
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Search space of the fused SwiGLU kernel (kernels/swiglu/swiglu.py): y = silu(gate) * up over [M, N] rows.
+"""Search space of the fused SwiGLU kernel (kernels/glu/swiglu.py): y = silu(gate) * up over [M, N] rows.
 
 One program computes a [ROWS, BLOCK_N] tile: ROWS rows of the M (tokens), BLOCK_N columns of the N (the MLP's
 intermediate size); the grid is row blocks x column blocks. Every element is read once and written once, so the

@@ -4,8 +4,8 @@ torch's formula for what the kernel cannot take and for training, torch.compile,
 
 from __future__ import annotations
 
+import importlib
 import json
-import sys
 
 import pytest
 import torch
@@ -23,16 +23,16 @@ from kernel_checks import (
 import tunekit.ops as ops
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.swiglu import swiglu as kernel
+from tunekit.kernels.glu import swiglu as kernel
 from tunekit.launch.plan import Replay, TorchCall
 from tunekit.runtime import dispatch
 from tunekit.runtime.dispatch import TORCH, Resolution
-from tunekit.search_spaces.swiglu.swiglu import MAX_COLS
+from tunekit.search_spaces.glu.swiglu import MAX_COLS
 from tunekit.tuning.verify import check_outputs
 
 pytestmark = INTERPRETER_NOISE
 SPEC = kernel.SPEC
-front = sys.modules["tunekit.ops.swiglu"]  # the op module (tunekit.ops.swiglu, the attribute, is the op)
+front = importlib.import_module("tunekit.ops.glu")  # the op module
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # 1, primes, 2^k +- 1, a 3-D shape with an odd last dim, Llama-2's intermediate size, a 0-d tensor.
 SHAPES = ((1,), (7,), (3, 5, 17), (4, 1023), (2, 4097), (2, 11008), ())

@@ -1,4 +1,4 @@
-"""The tile geometry of the fused SwiGLU kernel (kernels/swiglu/swiglu.py) for the quantization model: one program
+"""The tile geometry of the fused SwiGLU kernel (kernels/glu/swiglu.py) for the quantization model: one program
 per [ROWS, BLOCK_N] tile of the [M, N] rows, a grid of row blocks x column blocks (pointwise's `rows` layout with
 two input streams and no bias). The size classes are the row kernels' (kernels/rows_perf_model.py)."""
 

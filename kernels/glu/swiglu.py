@@ -46,9 +46,9 @@ from tunekit.kernels.common import (
     row_flops,
     warps_for,
 )
-from tunekit.kernels.swiglu.perf_model import MODEL, STREAMS
+from tunekit.kernels.glu.perf_model import MODEL, STREAMS
 from tunekit.kernels.tolerances import rounded_once
-from tunekit.search_spaces.swiglu.swiglu import MAX_COLS, MAX_COLUMN_TILES, MAX_ROWS, MIN_BLOCK_N, SPACE
+from tunekit.search_spaces.glu.swiglu import MAX_COLS, MAX_COLUMN_TILES, MAX_ROWS, MIN_BLOCK_N, SPACE
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint

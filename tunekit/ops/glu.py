@@ -21,13 +21,13 @@ from torch import Tensor
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.spec import DTYPE_NAMES
-from tunekit.kernels.swiglu.swiglu import torch_swiglu
+from tunekit.kernels.glu.swiglu import torch_swiglu
 from tunekit.launch import watch as launch_watch
 from tunekit.ops._checks import grads_flow
 from tunekit.ops._launch import dispatch_launch
 from tunekit.ops.declaration import OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import dispatcher
-from tunekit.search_spaces.swiglu.swiglu import MAX_COLS
+from tunekit.search_spaces.glu.swiglu import MAX_COLS
 
 _SWIGLU_KERNEL = dispatcher("swiglu")
 _DEVICE_TYPE = backend.torch_device().type

@@ -1,0 +1,1 @@
+"""The gated linear units' spaces: swiglu.py (SwiGLU)."""

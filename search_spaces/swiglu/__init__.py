@@ -1,1 +1,0 @@
-"""The gated MLP activation's space: swiglu.py."""
