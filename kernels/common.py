@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from tunekit.core.errors import InvalidInputError, InvalidShapeError
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPES
+from tunekit.core.spec import DTYPES, KernelSpec
 
 if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
@@ -151,3 +151,9 @@ def quiet_masked_math() -> Iterator[None]:
 
     with np.errstate(divide="ignore", invalid="ignore"):
         yield
+
+
+def op_kernel_spec(module: str, **declared: Any) -> KernelSpec:
+    """The declaration of a kernel that a tunekit op serves (`KernelSpec.of_module`): its op runs torch's own
+    implementation where dispatch serves torch (torch_fallback)."""
+    return KernelSpec.of_module(module, torch_fallback=True, **declared)

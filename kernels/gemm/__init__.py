@@ -25,7 +25,8 @@ import tunekit.core.backend  # noqa: F401
 # isort: split
 
 from tunekit.core.buckets import TokenBuckets
-from tunekit.core.spec import KernelSpec, Tolerance
+from tunekit.core.spec import Tolerance
+from tunekit.kernels.common import op_kernel_spec
 from tunekit.kernels.gemm.host import launch, layout_of, tensors_aligned16
 from tunekit.kernels.gemm.perf_model import MODEL
 from tunekit.kernels.gemm.problem import (
@@ -46,10 +47,9 @@ from tunekit.kernels.gemm.problem import (
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.gemm.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="gemm",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="C = act(alpha * A @ B + bias) + beta * residual; fp32 accumulation (tf32 for fp32 inputs), "
     "A and B row- or column-major",
     space=SPACE,

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from tunekit.core.errors import InvalidShapeError
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     INT32_LIMIT,
     cdiv,
@@ -42,6 +42,7 @@ from tunekit.kernels.common import (
     element_bytes,
     next_pow2,
     normal_sampler,
+    op_kernel_spec,
     problems_from_shapes,
     row_flops,
     warps_for,
@@ -198,10 +199,9 @@ def bytes_moved(problem: Problem) -> int:
 flops = row_flops(7)  # silu (exp counted as one, as the pointwise kernel's flops count it: 6) and the product
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="swiglu",
-    torch_fallback=True,  # its op runs torch's own where dispatch serves torch
     description="Fused y = silu(gate) * up in one pass (the gated MLP of Llama, Qwen, Mistral)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype"),

@@ -37,13 +37,14 @@ import triton
 import triton.language as tl
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     INT32_LIMIT,
     check_shape,
     element_bytes,
     next_pow2,
     normal_sampler,
+    op_kernel_spec,
     prev_pow2,
     torch_activation,
     warps_for,
@@ -345,10 +346,9 @@ def flops(problem: Problem) -> int:
     return per_element * int(problem["numel"])
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="pointwise",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Fused y = act(x * scale + bias) + residual in one pass (relu, gelu, gelu_tanh, silu, ...)",
     space=SPACE,
     problem_fields=("numel", "cols", "aligned16", "dtype", "activation", "has_bias", "has_residual"),

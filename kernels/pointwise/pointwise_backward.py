@@ -50,7 +50,7 @@ import triton
 from tunekit.core.device import fingerprint
 from tunekit.core.geometry import Geometry, KernelModel, TileDim, estimate_registers
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     FP32_BYTES,
     INT32_LIMIT,
@@ -58,6 +58,7 @@ from tunekit.kernels.common import (
     check_shape,
     element_bytes,
     normal_sampler,
+    op_kernel_spec,
     pow2_divisor,
     torch_activation,
 )
@@ -295,10 +296,9 @@ def backward_geometry(config: Config, problem: Problem, warp_size: int) -> Geome
 # relative of Σ|dz|). fp16/bf16: both sides round to the output dtype once, as the forward.
 TOLERANCES = rounded_once(Tolerance(atol=1e-4, rtol=1e-4), float16_atol=1e-3, bfloat16_atol=1e-2)
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="pointwise_backward",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Backward of act(x * scale + bias) + residual in one pass: d_input, d_bias (relu, gelu, silu, ...)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "activation", "bias"),

@@ -29,8 +29,8 @@ import triton
 
 from tunekit.core.errors import InvalidConfigError
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
-from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, prev_pow2, warps_for
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.kernels.common import cdiv, check_shape, element_bytes, next_pow2, op_kernel_spec, prev_pow2, warps_for
 from tunekit.kernels.reduction.perf_model import MODEL
 from tunekit.kernels.reduction.reduction_jit import _reduce_inner, _reduce_outer
 from tunekit.kernels.tolerances import rounded_once
@@ -291,10 +291,9 @@ def flops(problem: Problem) -> int:
     return int(problem["batch"]) * int(problem["rows"]) * int(problem["cols"])
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="reduction",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="sum / mean / max (+ indices) over the last dim or a leading/middle dim, fp32 accumulation",
     space=SPACE,
     problem_fields=("op", "axis", "batch", "rows", "cols", "dtype"),

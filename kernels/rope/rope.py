@@ -33,8 +33,17 @@ import triton
 import triton.language as tl
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
-from tunekit.kernels.common import INT32_LIMIT, cdiv, check_shape, element_bytes, next_pow2, normal_sampler, warps_for
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.kernels.common import (
+    INT32_LIMIT,
+    cdiv,
+    check_shape,
+    element_bytes,
+    next_pow2,
+    normal_sampler,
+    op_kernel_spec,
+    warps_for,
+)
 from tunekit.kernels.rope.perf_model import MODEL
 from tunekit.kernels.tolerances import rounded_once
 from tunekit.search_spaces.rope.rope import SPACE, half_block, max_heads
@@ -285,10 +294,9 @@ def flops(problem: Problem) -> int:
 # atol of about two ulps at 2..4.
 TOLERANCES: dict[str, Tolerance] = rounded_once(Tolerance(atol=1e-5, rtol=1e-5), float16_atol=3e-3, bfloat16_atol=2e-2)
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="rope",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Rotary position embedding of q and k in one pass (transformers' apply_rotary_pos_emb)",
     space=SPACE,
     problem_fields=("rows", "q_heads", "k_heads", "head_dim", "dtype", "heads_inner"),

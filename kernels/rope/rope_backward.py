@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import Inputs, KernelSpec, Outputs
+from tunekit.core.spec import Inputs, Outputs
+from tunekit.kernels.common import op_kernel_spec
 from tunekit.kernels.rope import rope
 from tunekit.kernels.rope.perf_model import MODEL
 from tunekit.kernels.rope.rope import (
@@ -86,10 +87,9 @@ def problem_from_shape(shape: tuple[int, ...], dtype: str) -> Problem:
     return parse_shape("rope_backward", shape, dtype)
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="rope_backward",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="Backward of the rotary position embedding: d q and d k in one pass",
     space=SPACE,
     problem_fields=("rows", "q_heads", "k_heads", "head_dim", "dtype", "heads_inner"),

@@ -26,12 +26,13 @@ import triton
 import triton.language as tl
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
     next_pow2,
     normal_sampler,
+    op_kernel_spec,
     quiet_masked_math,
     row_flops,
     vector_elements,
@@ -322,10 +323,9 @@ def bytes_moved(problem: Problem) -> int:
 flops = row_flops(8)
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="cross_entropy",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="cross entropy loss and its gradient in one forward over 2-D logits (fp32 math; single, online)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "reduction"),

@@ -24,12 +24,13 @@ import triton
 import triton.language as tl
 
 from tunekit.core.space import Config, Problem
-from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
+from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
     check_shape,
     element_bytes,
     next_pow2,
     normal_sampler,
+    op_kernel_spec,
     prev_pow2,
     row_flops,
     vector_elements,
@@ -294,10 +295,9 @@ def bytes_moved(problem: Problem) -> int:
 flops = row_flops(5)
 
 
-SPEC = KernelSpec.of_module(
+SPEC = op_kernel_spec(
     __name__,
     name="softmax",
-    torch_fallback=True,  # its op runs torch\'s own where dispatch serves torch
     description="softmax / log_softmax over the last dim of a 2-D tensor (fp32 math; single, online, looped)",
     space=SPACE,
     problem_fields=("rows", "cols", "dtype", "log"),
