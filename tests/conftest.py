@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import settings
@@ -25,6 +26,17 @@ def isolated_cache(tmp_path, monkeypatch):
     reset_all()
     yield tmp_path / "cache"
     reset_all()
+
+
+@pytest.fixture(autouse=True)
+def terminal_width_of_this_test():
+    """rich fixes a console's width when the console is built with COLUMNS set, so the width of whichever test first
+    imported the CLI in this process would hold for all (a worker of the parallel run imports it in another test than
+    a plain run does): each test's COLUMNS holds instead."""
+    consoles = sys.modules.get("tunekit.cli.consoles")
+    if consoles is not None:
+        for console in (consoles.console, consoles.err_console):
+            console.width = None  # type: ignore[assignment]  (rich's setter; None: measured at each print)
 
 
 @pytest.fixture
