@@ -4,6 +4,7 @@ import os
 import sys
 
 import pytest
+import torch
 from hypothesis import settings
 
 import tunekit.core.backend  # noqa: F401  (selects the interpreter before any kernel module is imported)
@@ -15,6 +16,10 @@ from tunekit.runtime.dispatch import reset_all
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One worker per core (the test command's -n auto): torch's own intra-op threads would oversubscribe them.
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
