@@ -12,7 +12,7 @@ embedding ([B, S, D], the input dtype):
 3. the fraction of copy bandwidth: the bytes a fused pass must move (q, k read and written, cos and sin read) over
    the time, against a torch.clone moving as many bytes (1.0 = as fast as a copy of the same bytes).
 Methods: `torch` (transformers' apply_rotary_pos_emb, what a model runs without tunekit), `tunekit`
-(tunekit.ops.rope_embedding with TUNEKIT_UNTUNED=triton: the kernels at their heuristic config), `liger`
+(tunekit.ops.rotary_embedding with TUNEKIT_UNTUNED=triton: the kernels at their heuristic config), `liger`
 (liger_kernel.transformers.rope.liger_rotary_pos_emb, when installed; it rotates in place into q's and k's storage
 where their layout allows, so its inputs are fresh clones for the check).
 

@@ -4,7 +4,7 @@ Attention code applies RoPE by calling a module-level function (transformers' `a
 sin)`: q*cos + rotate_half(q)*sin, and the same for k) that runs five or six torch kernels per tensor. A module
 whose class forward calls, by global name, a function that computes exactly that on a random probe gets an
 instance forward: the same code object with a copy of its globals in which that name is tunekit's op
-(`tunekit.ops.rope_embedding`). The op's calls that it cannot take, and calls with other arguments than
+(`tunekit.ops.rotary_embedding`). The op's calls that it cannot take, and calls with other arguments than
 (q, k, cos, sin[, unsqueeze_dim]), run the original function. Recognized by what the function computes, never by
 a name; neither the class nor the module's globals are touched, so other instances run as before.
 """

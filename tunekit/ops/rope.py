@@ -1,4 +1,4 @@
-"""tunekit.ops.rope_embedding: transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`, fused.
+"""tunekit.ops.rotary_embedding: transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`, fused.
 
     q_embed = q * cos + rotate_half(q) * sin,    k_embed likewise,    rotate_half(x) = cat(-x2, x1)
 
@@ -115,7 +115,7 @@ def _checked_views(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim
     heads_dim = _heads_dim(unsqueeze_dim)
     if views is None or heads_dim is None:
         raise InvalidInputError(
-            "tunekit::rotary_embedding takes only what its kernel takes; call tunekit.ops.rope_embedding, which "
+            "tunekit::rotary_embedding takes only what its kernel takes; call tunekit.ops.rotary_embedding, which "
             "runs torch's formula for the rest"
         )
     return views, heads_dim

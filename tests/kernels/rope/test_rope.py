@@ -1,4 +1,4 @@
-"""tunekit.ops.rope_embedding and the rope / rope_backward kernels (in the interpreter): transformers'
+"""tunekit.ops.rotary_embedding and the rope / rope_backward kernels (in the interpreter): transformers'
 apply_rotary_pos_emb forward and backward against float64, every layout models hand it, torch's formula for what
 the kernels cannot take, torch.compile, the hot path, and tuning."""
 
