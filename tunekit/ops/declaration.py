@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import torch
@@ -65,12 +66,17 @@ class OpDeclaration:
 class DeclaredOp:
     declaration: OpDeclaration
     custom_op: CustomOpDef
-    replayed: Callable[..., Any]  # the body as the eager Function runs it: through a hot-path plan
     eager: type[torch.autograd.Function] | None = field(default=None)
 
     @property
     def body(self) -> Callable[..., Any]:
         return self.declaration.body
+
+    @cached_property
+    def replayed(self) -> Callable[..., Any]:
+        """The body as an eager Function runs it: through a hot-path plan. Built on first use, so an op that trains
+        through its custom op alone holds no plans."""
+        return hot_path(public=False)(self.declaration.body)
 
     def traced(self, *args: Any) -> Any:
         """The custom op as torch.compile traces it (torch.ops.tunekit.<name>)."""
@@ -94,7 +100,7 @@ def declare(declaration: OpDeclaration) -> DeclaredOp:
     """Register the declaration's custom op, fake and autograd; build its eager Function."""
     custom = kernel_op(declaration.name)(declaration.body)
     custom.register_fake(declaration.fake)
-    op = DeclaredOp(declaration, custom, hot_path(public=False)(declaration.body))
+    op = DeclaredOp(declaration, custom)
     grad = declaration.autograd
     if grad is None:
         return op
