@@ -234,6 +234,14 @@ def test_tune_workers_runs_local_workers(tmp_path):
         assert len(store) == 4
     rerun = cli("tune", "-k", "toy", *shapes, "--trials", "3", "--sampler", "random", "--workers", "1")
     assert rerun.exit_code == 0 and "0 jobs queued, 4 already" in rerun.output
+    # the default local queue keeps no tuning study per job (the shared cache resumes a job); a --storage does
+    from tunekit.cli.fleet import default_queue_url
+
+    assert optuna.get_all_study_names(default_queue_url()) == [QUEUE_PREFIX + "default"]
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    shared = cli("tune", "-k", "toy", "-s", SHAPES[4], "--trials", "2", "--workers", "1", "--storage", url)
+    assert shared.exit_code == 0, shared.output
+    assert len(optuna.get_all_study_names(url)) == 2  # the queue and the job's tuning study
 
 
 def test_a_job_that_cannot_be_tuned_fails_with_its_reason(tmp_path):
@@ -456,6 +464,29 @@ def test_lease_and_job_values_are_checked():
     job = Job("toy", {"rows": 8, "cols": 32, "dtype": "float32"})
     assert Job.from_json(json.loads(json.dumps(job.to_json()))) == job
     assert job.id != Job("toy", {"rows": 8, "cols": 32, "dtype": "float32"}, trials=31).id
+    assert "early_stop" not in job.to_json()  # a job without it keeps the id it had before the field existed
+    stopping = Job("toy", {"rows": 8, "cols": 32, "dtype": "float32"}, early_stop=0.03)
+    assert Job.from_json(json.loads(json.dumps(stopping.to_json()))) == stopping and stopping.id != job.id
+    with pytest.raises(TunekitError, match="early_stop must be null or a number in"):
+        Job.from_json({**job.to_json(), "early_stop": 1.5})
+
+
+def test_a_job_carries_the_early_stop_to_its_worker(tmp_path, monkeypatch):
+    """`tune --workers N --early-stop X`: each job's search stops as `tune --plan` in one process would."""
+    from tunekit.tuning.shared_bench import SharedBench
+
+    seen = []
+    real = SharedBench.tune
+
+    def spy(self, spec, problem, device, options, store, **kw):
+        seen.append(options.early_stop)
+        return real(self, spec, problem, device, options, store, **kw)
+
+    monkeypatch.setattr(SharedBench, "tune", spy)
+    run_job(Job("toy", {"rows": 8, "cols": 32, "dtype": "float32"}, trials=2, early_stop=0.05), Store(), None)
+    assert seen == [0.05]
+    result = cli("tune", "-k", "toy", "-s", SHAPES[0], "--trials", "2", "--workers", "1", "--early-stop", "0.03")
+    assert result.exit_code == 0 and "1 jobs on 1 workers" in result.output, result.output
 
 
 CLAIMER = """

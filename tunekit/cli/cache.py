@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
     from tunekit.store.store import Store
 
+
 def show(
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
     shape: ShapeOpt = None,
@@ -89,7 +90,7 @@ def _show_served(
     """`show --kernel K --shape S`: which layer serves each of those problems here."""
     import json
 
-    from tunekit.cli.views import device_json, problem_text
+    from tunekit.cli.views import device_json, printable, problem_text
     from tunekit.core.registry import get_spec
     from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve
@@ -102,14 +103,17 @@ def _show_served(
             res = resolve(spec, problem, device, store)
         unchecked = version_policy.candidate(spec, problem, device, shipped_entries())
         res_note = version_policy.describe(unchecked, device) if res.layer != "shipped" and unchecked else ""
+        pack = res.entry.provenance.get("pack") if res.layer == "shipped" and res.entry is not None else None
         served.append(
             {"kernel": kernel, "problem": problem, "layer": res.layer, "config": dict(res.config)}
+            | ({"pack": pack} if pack else {})
             | ({"other_triton": res_note} if res_note else {})
             | ({"bucket": res.note} if res.note else {})
         )
         if not json_out:
             say(f"{kernel} {problem_text(spec, problem)}")
-            say(f"  served by {res.layer}: {config_text(spec, res.config)}")
+            origin = f"{res.layer} (pack {printable(str(pack))})" if pack else res.layer
+            say(f"  served by {origin}: {config_text(spec, res.config)}")
             for note in (res_note, res.note):
                 if note:
                     say(f"  ({note})")

@@ -46,7 +46,15 @@ def tune_through_queue(
         raise TunekitError(f"--workers must be >= 1, but got {workers}")
     url = _queue_url(options.storage, submit)
     jobs = interleave_kernels(
-        Job(spec.name, dict(problem), options.trials, options.sampler, options.seed, options.timeout_s)
+        Job(
+            spec.name,
+            dict(problem),
+            options.trials,
+            options.sampler,
+            options.seed,
+            options.timeout_s,
+            options.early_stop,
+        )
         for spec, problem in work_list
     )
     q = JobQueue(url, queue)
@@ -55,7 +63,9 @@ def tune_through_queue(
     if workers is None:
         return
     try:
-        exits = run_workers(workers, url, queue)
+        # Local workers of the default queue share this machine's cache, which resumes a killed job: their tuning
+        # studies stay in memory (tunekit.fleet.workers.work)
+        exits = run_workers(workers, url, queue, keep_studies=options.storage is not None)
     except KeyboardInterrupt:
         err_console.print("interrupted: the workers gave their jobs back to the queue")
         raise typer.Exit(130) from None
@@ -119,6 +129,14 @@ def worker(
     ] = 60,
     max_retries: Annotated[int, typer.Option(help="Times a job whose worker vanished is queued again.")] = 2,
     max_jobs: Annotated[int | None, typer.Option(help="Stop after this many jobs.")] = None,
+    keep_studies: Annotated[
+        bool,
+        typer.Option(
+            "--keep-studies/--no-keep-studies",
+            help="Each job's tuning study in --storage (RDB), so a job resumed on another machine reuses its trials; "
+            "--no-keep-studies keeps it in memory (the local cache resumes a job: `tune --workers` without --storage).",
+        ),
+    ] = True,
 ) -> None:
     """Take jobs from the queue in --storage and tune them on this process's GPU, until none is queued or running.
 
@@ -139,7 +157,14 @@ def worker(
     interpreter_note()
     signal.signal(signal.SIGTERM, stop_as_interrupted)  # terminated, the worker gives its job back as for Ctrl-C
     try:
-        work(storage, queue, terms, max_jobs=max_jobs, say=lambda line: print(plain(line), flush=True))
+        work(
+            storage,
+            queue,
+            terms,
+            max_jobs=max_jobs,
+            say=lambda line: print(plain(line), flush=True),
+            keep_studies=keep_studies,
+        )
     except KeyboardInterrupt:
         err_console.print("worker interrupted: its job went back to the queue")
         raise typer.Exit(130) from None

@@ -155,10 +155,8 @@ def tune(
     )
     make_sampler(sampler, seed)  # an unknown name fails before anything runs or is queued
     if submit or workers is not None:
-        if force or json_out or budget is not None or early_stop is not None:
-            raise TunekitError(
-                "--force, --budget, --early-stop and --json tune here: they do not go with --submit or --workers"
-            )
+        if force or json_out or budget is not None:
+            raise TunekitError("--force, --budget and --json tune here: they do not go with --submit or --workers")
         tune_through_queue(work_list, options, submit, workers, queue)
         return
     _tune_here(work_list, options, json_out, budget)

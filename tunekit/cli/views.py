@@ -145,6 +145,16 @@ class ShownEntry:
     why_not: str  # "" when this entry itself can serve this device, else why not (runtime.dispatch.why_not_served)
     served_by: str  # the dispatch layer that serves this entry's problem on this device
 
+    @property
+    def pack(self) -> str | None:
+        """The model pack a shipped entry came from (tunekit.evaluation.model_packs), None for other entries."""
+        pack = self.entry.provenance.get("pack") if self.source == "shipped" else None
+        return printable(str(pack)) if pack else None
+
+    @property
+    def origin(self) -> str:
+        return f"{self.source} (pack {self.pack})" if self.pack else self.source
+
     def device_text(self) -> str:
         name = printable(self.entry.device.get("name", "?"))
         return f"{name} ({printable(self.entry.key.device_key)[:8]})"
@@ -162,7 +172,7 @@ class ShownEntry:
         e = self.entry
         return [
             f"{e.key.kernel} {problem_text(self.spec, dict(e.key.problem))}",
-            f"  {self.source} · {self.device_text()} · {e.time_ms:.4f} ms · {len(e.trials)} trials · "
+            f"  {self.origin} · {self.device_text()} · {e.time_ms:.4f} ms · {len(e.trials)} trials · "
             f"served here by {self.served_by}" + self._stale(),
             f"  config {config_text(self.spec, e.config)}",
         ]
@@ -171,6 +181,7 @@ class ShownEntry:
         e = self.entry
         return {
             "source": self.source,
+            "pack": self.pack,
             "kernel": e.key.kernel,
             "problem": dict(e.key.problem),
             "problem_text": problem_text(self.spec, dict(e.key.problem)),

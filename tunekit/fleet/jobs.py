@@ -32,6 +32,7 @@ class Job:
     sampler: str = "tpe"
     seed: int = 0
     timeout_s: float | None = None
+    early_stop: float | None = None  # TuneOptions.early_stop: the model's stopping rule at this relative noise
 
     @property
     def id(self) -> str:
@@ -45,7 +46,7 @@ class Job:
             "sampler": self.sampler,
             "seed": self.seed,
             "timeout_s": self.timeout_s,
-        }
+        } | ({"early_stop": self.early_stop} if self.early_stop is not None else {})  # ids of older jobs unchanged
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, **self._fields()}
@@ -73,7 +74,10 @@ class Job:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
         ):
             raise TunekitError(f"a job's timeout_s must be null or a positive number, but got {brief(timeout)}")
-        return cls(data["kernel"], dict(problem), data["trials"], data["sampler"], data["seed"], timeout)
+        stop = data.get("early_stop")
+        if stop is not None and (isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 <= stop < 1):
+            raise TunekitError(f"a job's early_stop must be null or a number in [0, 1), but got {brief(stop)}")
+        return cls(data["kernel"], dict(problem), data["trials"], data["sampler"], data["seed"], timeout, stop)
 
     def describe(self) -> str:
         return f"{self.kernel} " + ",".join(f"{k}={v}" for k, v in self.problem.items())

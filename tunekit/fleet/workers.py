@@ -104,7 +104,12 @@ def run_job(
         problem = check_problem(spec, job.problem)
         device = fingerprint()
         options = TuneOptions(
-            trials=job.trials, timeout_s=job.timeout_s, sampler=job.sampler, seed=job.seed, storage=tuning_storage
+            trials=job.trials,
+            timeout_s=job.timeout_s,
+            sampler=job.sampler,
+            seed=job.seed,
+            storage=tuning_storage,
+            early_stop=job.early_stop,
         )
         restarts = benches.restarts
         # The same per-problem work as `tune --plan` in one process (torch's candidate included).
@@ -141,13 +146,17 @@ def work(
     say: Callable[[str], None] = print,
     isolate: bool | None = None,
     timer: Timer | None = None,
+    keep_studies: bool = True,
 ) -> WorkerReport:
     """Claim, tune and complete jobs until none is queued or running (or `max_jobs` were taken).
 
     With leases, an idle worker keeps polling while other workers' jobs run: a job whose worker dies comes back.
     Candidates run as tune() would run them (isolated on a GPU; `isolate` as TuneOptions.isolate), but one
     isolation worker process serves all the jobs (SharedBench). `timer` defaults to the device's.
-    The report (and the last line said) holds each phase's seconds.
+    The report (and the last line said) holds each phase's seconds. With `keep_studies` each job's tuning study
+    goes to the queue's storage (an RDB: a job resumed on another machine reuses its trials); without, it stays in
+    memory, and the cache, written after each trial, resumes a killed job (local workers share it). Every trial
+    written to an RDB study cost a local worker 0.3-0.6 s of each job (tests/gpu/model_packs.py's 2-GPU run).
     """
     from tunekit.core.device import fingerprint
     from tunekit.store.store import Store
@@ -175,7 +184,7 @@ def work(
                     break
                 times = JobTimes(job=claim.job.describe(), claim=time.perf_counter() - started)
                 report.jobs.append(times)
-                _run_claimed(q, claim, store, bench, times, report, say)
+                _run_claimed(q, claim, store, bench, times, report, say, q.tuning_storage if keep_studies else None)
     finally:
         report.bench_started = bench.started
         bench.close()  # also on Ctrl-C and SIGTERM (KeyboardInterrupt): the isolation worker never outlives us
@@ -193,11 +202,13 @@ def _run_claimed(
     times: JobTimes,
     report: WorkerReport,
     say: Callable[[str], None],
+    studies: str | None,
 ) -> None:
-    """Tune a claimed job and record its outcome in the queue (and its phases in `times`)."""
+    """Tune a claimed job (its tuning study in `studies`, None: in memory) and record its outcome in the queue (and
+    its phases in `times`)."""
     start = time.monotonic()
     try:
-        entry, tuned = run_job(claim.job, store, q.tuning_storage, bench, times)
+        entry, tuned = run_job(claim.job, store, studies, bench, times)
     except Exception as exc:  # the job's failure, not the worker's: recorded, and on to the next
         reason = str(exc) if isinstance(exc, TunekitError) else f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, TunekitError):
@@ -257,8 +268,11 @@ def cpu_share(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = None) -> list[int]:
+def run_workers(
+    n: int, url: str, queue: str = "default", lease: Lease | None = None, keep_studies: bool = True
+) -> list[int]:
     """Run `n` worker processes here (worker i on GPU i, round robin), wait for all; their exit statuses.
+    `keep_studies`: as `work`'s.
 
     Interrupted (Ctrl-C), the workers still running are sent SIGTERM: each gives its job back to the queue.
     """
@@ -266,7 +280,7 @@ def run_workers(n: int, url: str, queue: str = "default", lease: Lease | None = 
     slots = gpu_slots()
     command = [sys.executable, "-m", "tunekit.cli", "worker", "--storage", url, "--queue", queue]
     command += ["--heartbeat", str(lease.heartbeat_s), "--lease", str(lease.timeout_s)]
-    command += ["--max-retries", str(lease.max_retries)]
+    command += ["--max-retries", str(lease.max_retries)] + ([] if keep_studies else ["--no-keep-studies"])
     procs: list[subprocess.Popen[bytes]] = []
     previous = signal.getsignal(signal.SIGTERM)
     with suppress(ValueError):  # not the main thread: Ctrl-C alone stops the workers

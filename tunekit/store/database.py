@@ -14,6 +14,7 @@ destination is refused, never followed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
 import itertools
@@ -22,6 +23,7 @@ import logging
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from tunekit.core.render import all_text, brief
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
 from tunekit.store.document_reader import FORMAT, DocumentText, open_document
-from tunekit.store.entry import TRIAL_STATUSES, Entry
+from tunekit.store.entry import TRIAL_STATUSES, Entry, merge_entries
 from tunekit.store.floors import floor_text, time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
@@ -302,14 +304,27 @@ def _import_one(store: Store, entry: Entry, path: Path) -> str:
     return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_entries() -> dict[CacheKey, Entry]:
-    """Every entry of the databases shipped in cache/ (read-only). A bad file is skipped with a warning."""
-    found: dict[CacheKey, Entry] = {}
-    root = importlib.resources.files("tunekit.shipped")
+PACKS = "packs"  # cache/packs/<model>.json: the model packs (tunekit.evaluation.model_packs)
+
+
+def _shipped_files(root: Traversable) -> Iterator[tuple[Traversable, str | None]]:
+    """Each database under `root` with the model pack it is (None for the device databases), sorted by name."""
     for item in sorted(root.iterdir(), key=lambda p: p.name):
-        if not item.name.endswith(".json"):
-            continue
+        if item.name.endswith(".json"):
+            yield item, None
+    packs = root / PACKS
+    if packs.is_dir():
+        for item in sorted(packs.iterdir(), key=lambda p: p.name):
+            if item.name.endswith(".json"):
+                yield item, item.name.removesuffix(".json")
+
+
+def read_shipped(root: Traversable) -> dict[CacheKey, Entry]:
+    """Every entry of the databases in `root` and `root`/packs, a pack's entries with the pack's name in their
+    provenance ("pack"); where two hold one key, their merge (tunekit.store.entry.merge_entries: the faster best, a
+    demotion kept from either). A bad file is skipped with a warning."""
+    found: dict[CacheKey, Entry] = {}
+    for item, pack in _shipped_files(root):
         try:
             with importlib.resources.as_file(item) as path:
                 entries = read_document(Path(path))
@@ -317,10 +332,19 @@ def shipped_entries() -> dict[CacheKey, Entry]:
             logger.warning("tunekit: skipping shipped database %s: %s", item.name, exc)
             continue
         for entry in entries:
+            if pack is not None:
+                entry = dataclasses.replace(entry, provenance={**entry.provenance, "pack": pack})
             old = found.get(entry.key)
-            if old is None or entry.time_ms < old.time_ms:
-                found[entry.key] = entry
+            # two packs holding one problem: the faster best, demoted if either pack's model was slower with it
+            found[entry.key] = entry if old is None else merge_entries(old, entry)
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_entries() -> dict[CacheKey, Entry]:
+    """Every entry shipped in the package's cache/ and cache/packs/ (read-only): `read_shipped` of the installed
+    `tunekit.shipped`."""
+    return read_shipped(importlib.resources.files("tunekit.shipped"))
 
 
 @functools.lru_cache(maxsize=1)

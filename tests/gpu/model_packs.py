@@ -1,0 +1,340 @@
+"""Build the model packs (tunekit.evaluation.model_packs) on this GPU, and measure what they give.
+
+Stages (comma-separated, in this order; each picks up where the work directory left off, so a stage cut by its
+time cap continues in the next call on the same machine):
+
+    record    each pack model at its release's widths (1 decoder layer, bf16, random weights), patched, run for the
+              pack's steps under tunekit.record_problems: plans/<pack>.jsonl, and their union plans/union.jsonl
+    tune      `tunekit tune --plan union.jsonl --trials T --early-stop 0.03` in a subprocess, one process, or with
+              --workers N (one per GPU); wall time and the tuner's output under $OUT
+    verify    per pack: the model's steps timed before and after its tuned entries (tunekit.tune_model, with the
+              union's entries as its tuning), what slows a step demoted; the plan's entries -> $OUT/packs/<pack>.json
+    compare   the winners of this work directory's union against --against (another run's cache): same config, or
+              the other run's winner within how much of this one's, as this run measured it
+    transfer  per --models: 2 decoder layers, in alternation: eager, tunekit out of the box (served by the packs),
+              tunekit after the user's own tune_model (trials --trials, a fresh cache), torch.compile, Liger-Kernel
+
+    python tests/gpu/model_packs.py --stages record,tune --cap 520
+    python tests/gpu/model_packs.py --stages tune,verify
+    python tests/gpu/model_packs.py --stages transfer --models llama-3-8b
+
+--shrink K divides every width by K (a CPU dry run in Triton's interpreter: TRITON_INTERPRET=1). Prints a table
+per stage last; JSON under $OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tunekit.core.device import fingerprint
+from tunekit.core.problems import check_problem
+from tunekit.core.registry import get_spec
+from tunekit.evaluation import model_packs
+from tunekit.evaluation.model_packs import PACK_MODELS, PACK_STEPS, build_pack_model, record_pack_plan
+from tunekit.fleet.plans import read_plan
+from tunekit.runtime.recorder import plan_line
+from tunekit.store.database import write_document
+from tunekit.store.key import CacheKey
+from tunekit.store.store import Store
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def shrink_widths(k: int) -> None:
+    """Every pack model's widths divided by `k` (heads too, keeping whole key/value groups): a dry run's models."""
+    for name, spec in list(PACK_MODELS.items()):
+        w = dict(spec.widths)
+        heads = max(1, w["num_attention_heads"] // k)
+        kv = max(1, min(heads, w["num_key_value_heads"] // k))
+        while heads % kv:
+            kv -= 1
+        w.update(
+            hidden_size=w["hidden_size"] // k, intermediate_size=w["intermediate_size"] // k,
+            vocab_size=w["vocab_size"] // k, num_attention_heads=heads, num_key_value_heads=kv,
+        )  # fmt: skip
+        w["pad_token_id"] = 0  # (Phi-3's is 32000, past a shrunk vocabulary)
+        if "head_dim" in w:
+            w["head_dim"] = max(8, w["head_dim"] // k)
+        PACK_MODELS[name] = model_packs.PackModel(spec.name, spec.source, spec.config, spec.model, w, spec.family)
+
+
+def steps_for(vocab: int, sizes: dict[str, tuple[int, int]] = PACK_STEPS) -> dict[str, Any]:
+    """Each step as a function of the model (model_transfer.py's), on random token ids of the pack's sizes."""
+    from model_transfer import steps  # (this directory: the scripts run as `python tests/gpu/<script>.py`)
+
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    return steps({k: torch.randint(0, vocab, v, generator=gen).to(DEVICE) for k, v in sizes.items()})
+
+
+def keys_of(plan: Path) -> list[CacheKey]:
+    device = fingerprint()
+    keys = []
+    for kernel, problem in read_plan(plan):
+        spec = get_spec(kernel)
+        keys.append(CacheKey.make(spec.name, spec.source_hash, device.key, check_problem(spec, problem)))
+    return keys
+
+
+def record(work: Path, models: list[str]) -> dict[str, Any]:
+    plans = work / "plans"
+    plans.mkdir(parents=True, exist_ok=True)
+    rows, union = {}, {}
+    for name in models:
+        t0 = time.perf_counter()
+        try:
+            base = build_pack_model(name, DEVICE, layers=1)
+            n = record_pack_plan(base, PACK_MODELS[name].widths["vocab_size"], plans / f"{name}.jsonl")
+        except Exception as exc:  # one model's failure leaves the others' packs
+            rows[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            print(f"record {name}: {rows[name]['error']}", flush=True)
+            continue
+        finally:
+            base = None
+            torch.cuda.empty_cache() if DEVICE == "cuda" else None
+        kernels: dict[str, int] = {}
+        for kernel, problem in read_plan(plans / f"{name}.jsonl"):
+            kernels[kernel] = kernels.get(kernel, 0) + 1
+            union.setdefault(plan_line(kernel, problem), None)
+        rows[name] = {"problems": n, "kernels": kernels, "record_s": round(time.perf_counter() - t0, 1)}
+        print(f"record {name}: {n} problems {kernels} in {rows[name]['record_s']} s", flush=True)
+    (plans / "union.jsonl").write_text("".join(line + "\n" for line in union))
+    print(f"union: {len(union)} problems", flush=True)
+    return {"models": rows, "union": len(union)}
+
+
+def tune(work: Path, trials: int, workers: int | None, cap: float, tag: str) -> dict[str, Any]:
+    env = dict(os.environ, TUNEKIT_CACHE_DIR=str(work / "cache"), TRITON_CACHE_DIR=str(work / "triton"))
+    env["COLUMNS"] = "200"
+    cmd = [sys.executable, "-m", "tunekit.cli", "tune", "--plan", str(work / "plans" / "union.jsonl")]
+    cmd += ["--trials", str(trials), "--early-stop", "0.03"]
+    cmd += ["--workers", str(workers)] if workers else []
+    before = sum(1 for _ in Store(work / "cache").entries()) if (work / "cache").exists() else 0
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cap)
+        rc, text = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        # (always bytes when captured, whatever `text` says)
+        rc, text = "cap", b"".join(o for o in (exc.stdout, exc.stderr) if isinstance(o, bytes)).decode(errors="replace")
+    wall = time.perf_counter() - t0
+    (OUT / f"tune_{tag}.txt").write_text(text)
+    after = sum(1 for _ in Store(work / "cache").entries())
+    row = {"cmd": " ".join(cmd[1:]), "rc": rc, "wall_s": round(wall, 1), "entries_before": before, "entries": after}
+    print(f"tune {tag}: rc={rc} wall {wall:.1f} s, entries {before} -> {after}", flush=True)
+    print("\n".join(text.splitlines()[-6:]), flush=True)
+    return row
+
+
+def verify(work: Path, models: list[str], trials: int) -> dict[str, Any]:
+    from tunekit.evaluation.model_workflow import serving_from
+    from tunekit.evaluation.tune_model import tune_model
+
+    packs = OUT / "packs"
+    packs.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for name in models:
+        plan = work / "plans" / f"{name}.jsonl"
+        if not plan.exists():
+            continue
+        keys = keys_of(plan)
+
+        def load(plan_path: Path, trials: int, report: Any, budget_s: float | None = None, keys=keys) -> None:
+            """tune_model's tuning: the union run's entries of this plan, into the working cache."""
+            with Store(work / "cache") as src, Store() as dst:
+                found = [e for e in (src.get(k) for k in keys) if e is not None]
+                for e in found:
+                    dst.put(e)
+            report.tuned = len(found)
+
+        with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
+            base = build_pack_model(name, DEVICE, layers=1)
+            eager = copy.deepcopy(base)
+            report = tune_model(base, steps_for(PACK_MODELS[name].widths["vocab_size"]), trials=trials, eager=eager,
+                                tune=load, rounds=5)  # fmt: skip
+            with Store() as store:
+                entries = [e for e in (store.get(k) for k in keys) if e is not None]
+            n = write_document(packs / f"{name}.json", entries)
+            base = eager = None
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+        served = sum("torch_ms" in e.provenance and e.provenance["torch_ms"] > e.time_ms for e in entries)
+        rows[name] = {
+            "problems": len(keys),
+            "entries": n,
+            "kernel_beats_torch": served,
+            "demoted": [f"{d.kernel} {d.problem} ({d.step} {d.gain:.1%})" for d in report.demoted],
+            "steps": {s.step: {"vs_eager": s.vs_eager, "vs_before": s.vs_before} for s in report.steps},
+        }
+        print(report.table(), flush=True)
+        print(f"pack {name}: {n} entries of {len(keys)} problems, {len(report.demoted)} demoted", flush=True)
+    return rows
+
+
+def compare(work: Path, against: Path) -> dict[str, Any]:
+    mine = {e.key: e for e in Store(work / "cache").entries()}
+    theirs = {e.key: e for e in Store(against).entries()}
+    both = [k for k in mine if k in theirs]
+    same, ratios = 0, []
+    for k in both:
+        a, b = mine[k], theirs[k]
+        if dict(a.config) == dict(b.config):
+            same += 1
+            continue
+        measured = {json.dumps(dict(t.config), sort_keys=True): t.time_ms for t in a.trials if t.status == "ok"}
+        t = measured.get(json.dumps(dict(b.config), sort_keys=True))
+        ratios.append(t / a.time_ms if t else float("nan"))
+    known = sorted(r for r in ratios if r == r)
+    row = {
+        "common": len(both),
+        "same_config": same,
+        "differ": len(ratios),
+        "differ_unmeasured_here": len(ratios) - len(known),
+    }
+    if known:
+        row |= {"their_winner_here_median": statistics.median(known), "their_winner_here_max": known[-1]}
+    print(f"compare: {row}", flush=True)
+    return row
+
+
+class Swapped:
+    """A global patch (Liger-Kernel's) in place only while its own calls run."""
+
+    def __init__(self, inside: list, outside: list) -> None:
+        self.inside, self.outside = inside, outside
+
+    def __enter__(self) -> None:
+        from tunekit.evaluation.model_bench import _restore
+
+        _restore(self.inside)
+
+    def __exit__(self, *exc: object) -> None:
+        from tunekit.evaluation.model_bench import _restore
+
+        _restore(self.outside)
+
+
+def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
+    from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant
+    from tunekit.evaluation.model_workflow import serving_from
+    from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
+    from tunekit.integrations.patching import patch
+
+    rows = {}
+    for name in models:
+        spec = PACK_MODELS[name]
+        base = build_pack_model(name, DEVICE, layers=2)
+        step_fns = steps_for(spec.widths["vocab_size"])
+        box_dir, tuned_dir = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+        tk = copy.deepcopy(base)
+        patch(tk)
+        t0 = time.perf_counter()
+        with serving_from(tuned_dir):
+            report = tune_model(copy.deepcopy(tk), step_fns, trials=trials, eager=base, rounds=5)
+        tune_s = time.perf_counter() - t0
+        print(report.table(), flush=True)
+        variants: dict[str, Any] = {
+            "eager": (base, base, nullcontext),
+            "tunekit box": (tk, tk, lambda d=box_dir: serving_from(d)),
+            "tunekit tuned": (tk, tk, lambda d=tuned_dir: serving_from(d)),
+        }
+        if DEVICE == "cuda":
+            compiled = copy.deepcopy(base)
+            variants["compile"] = (compiled, torch.compile(compiled), nullcontext)
+        row: dict[str, Any] = {
+            "tune_model_s": round(tune_s, 1),
+            "demoted": len(report.demoted),
+            "problems": report.problems,
+        }
+        if spec.family is not None:
+            try:
+                clean = _modeling_state(spec.family)
+                liger_model, _ = _variant(base, "liger", spec.family)
+                liger_state = _modeling_state(spec.family)
+                _restore(clean)
+                variants["liger"] = (liger_model, liger_model, lambda s=liger_state, c=clean: Swapped(s, c))
+            except Exception as exc:
+                row["liger"] = str(exc)[:200]
+        timer = default_timer(base)
+        for step_name, step in step_fns.items():
+            calls = {}
+            for variant, (model, run, context) in variants.items():
+
+                def call(model=model, run=run, step=step, train=step_name == "train") -> None:
+                    model.train(train)
+                    step(run)
+                    model.zero_grad(set_to_none=True)
+
+                calls[variant] = (call, context)
+            times = _Alternation(timer, rounds, reps=5, warmup=3).run(calls)
+            speeds = {v: statistics.median(e / t for e, t in zip(times["eager"], times[v])) for v in variants}
+            box_vs_tuned = statistics.median(t / b for t, b in zip(times["tunekit tuned"], times["tunekit box"]))
+            row[step_name] = {**speeds, "box_vs_tuned": box_vs_tuned, "eager_ms": statistics.median(times["eager"])}
+            print(f"{name} {step_name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row[step_name].items()), flush=True)
+        rows[name] = row
+        (OUT / f"transfer_{name}.json").write_text(json.dumps(row, indent=1, default=str))
+        base = tk = None
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stages", default="record,tune,verify")
+    parser.add_argument("--models", default=",".join(PACK_MODELS))
+    parser.add_argument("--work", type=Path, default=None, help="default: .gpu_cache/packs/<device label>")
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--cap", type=float, default=520.0, help="seconds allowed to the tune stage")
+    parser.add_argument("--against", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tag", default="one")
+    parser.add_argument("--shrink", type=int, default=1)
+    opts = parser.parse_args()
+    if opts.shrink > 1:
+        shrink_widths(opts.shrink)
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = opts.work or Path(".gpu_cache/packs") / fingerprint().label.replace(" ", "_")
+    work.mkdir(parents=True, exist_ok=True)
+    models = opts.models.split(",")
+    result: dict[str, Any] = {"device": fingerprint().label}
+    for stage in opts.stages.split(","):
+        t0 = time.perf_counter()
+        if stage == "record":
+            result[stage] = record(work, models)
+        elif stage == "tune":
+            result[stage] = tune(work, opts.trials, opts.workers, opts.cap, opts.tag)
+        elif stage == "verify":
+            result[stage] = verify(work, models, opts.trials)
+        elif stage == "compare":
+            result[stage] = compare(work, opts.against)
+        elif stage == "transfer":
+            result[stage] = transfer(models, opts.trials, opts.rounds)
+        else:
+            raise SystemExit(f"unknown stage {stage}")
+        result[stage + "_s"] = round(time.perf_counter() - t0, 1)
+        (OUT / f"model_packs_{opts.tag}.json").write_text(json.dumps(result, indent=1, default=str))
+    # The plans and the union's store come back too: a later call on a fresh machine carries them in as --work.
+    import tarfile
+
+    with tarfile.open(OUT / f"work_{opts.tag}.tar.gz", "w:gz") as tar:  # one file: the device returns few
+        for part in ("plans", "cache/store.sqlite3"):
+            if (work / part).exists():
+                tar.add(work / part, arcname=part)
+    print(json.dumps({k: v for k, v in result.items() if k.endswith("_s") or k == "device"}))
+
+
+if __name__ == "__main__":
+    main()
