@@ -137,6 +137,7 @@ FREE = {
     "stale",
     "in_sample",
     "workflow",
+    "keep_studies",
     "cache_dir",
     "timeout_s",
     "version",
