@@ -63,6 +63,31 @@ def test_table_rows_ratios_and_skips():
     assert tuned.index("4.00x") == by_start[("llama", "prefill", "tunekit")].index("2.00x")
 
 
+def test_the_first_call_s_seconds_show_where_measured():
+    rows = [row("llama", "eager", "prefill", 10.0), row("llama", "compile-ro", "prefill", 5.0, first_call_s=12.345)]
+    header, eager, compiled = table(rows).splitlines()
+    assert header.endswith("1st call s") and compiled.endswith("12.35") and not eager.rstrip().endswith("12.35")
+
+
+def test_every_compile_mode_runs_its_variant(monkeypatch):
+    """compile and tunekit+compile in torch.compile's default mode, the -ro pair in reduce-overhead; the tunekit
+    variants patched."""
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    monkeypatch.setattr(model_bench, "patch", lambda model: seen.append("patched"))
+    base = torch.nn.Linear(2, 2)
+    for name in model_results.VARIANTS[:-1]:  # liger: its own patch
+        seen.clear()
+        model, run = model_bench._variant(base, name, "llama")
+        assert model is not base and run is model
+        expected = (["patched"] if name.startswith("tunekit") else []) + (
+            [{"mode": "reduce-overhead"}] if name.endswith("-ro") else [{}] if name.endswith("compile") else []
+        )
+        assert seen == expected, name
+
+
 def test_json_holds_the_context_and_no_nan(tmp_path, monkeypatch):
     monkeypatch.setattr(model_results, "DISTRIBUTIONS", ("torch", "triton", "no-such-distribution-xyz"))
     path = tmp_path / "bench.json"
@@ -191,6 +216,7 @@ def test_the_workflow_records_tunes_and_serves_from_the_tuned_cache(tmp_path):
 def _fake_measure(w: Workload, variants: tuple[str, ...], reps: int) -> list[Result]:
     """measure's rows without a GPU: eager first, always, then each other variant once."""
     ms = {"eager": 10.0, "tunekit": 5.0, "compile": 8.0, "tunekit+compile": 4.0, "liger": 6.0}
+    ms |= {"compile-ro": 7.0, "tunekit+compile-ro": 3.5}
     order = ("eager", *(v for v in variants if v != "eager"))
     return [row(w.model, v, "prefill", ms[v] * w.layers / reps) for v in order]
 
@@ -239,7 +265,7 @@ def test_run_bench_with_a_named_cache_keeps_it(tmp_path):
         (["--decode", "0x1"], "--decode must be batch x tokens"),
         (["--train", "2x3x4"], "--train must be batch x tokens"),
         (["--hidden", "100"], "--hidden must be a multiple of 64 for gpt2"),
-        (["--workflow", "--variants", "eager,compile"], "the workflow reruns tunekit or tunekit+compile"),
+        (["--workflow", "--variants", "eager,compile"], "the workflow reruns tunekit, tunekit+compile"),
         (["--cache-dir", "c"], "--cache-dir is the workflow's cache: it goes with --workflow"),
         ([], "the model benchmark times CUDA GPUs"),
         (["--model", "llama", "--hidden", "100"], "the model benchmark times CUDA GPUs"),  # llama takes any width

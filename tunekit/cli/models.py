@@ -101,8 +101,9 @@ def model_bench(
     ] = None,
 ) -> None:
     """Time a Llama- and a GPT-2-style model (random weights, nothing downloaded) for prefill, decode and training:
-    eager, tunekit-patched, torch.compile, both, Liger-Kernel. Reports ms, speed vs eager, tokens/s, peak memory and
-    agreement with eager. Needs a CUDA GPU and transformers (the `models` extra)."""
+    eager, tunekit-patched, torch.compile (default and reduce-overhead), both, Liger-Kernel. Reports ms, speed vs
+    eager, tokens/s, peak memory, agreement with eager and each variant's first-call (compile) seconds. Needs a
+    CUDA GPU and transformers (the `models` extra)."""
     names = parse_variants(variants)
     sizes = {"prefill": parse_size("--prefill", prefill), "decode": parse_size("--decode", decode)}
     sizes["train"] = parse_size("--train", train)

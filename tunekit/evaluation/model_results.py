@@ -16,10 +16,12 @@ from typing import Any
 from tunekit.core.errors import TunekitError
 
 MODELS = ("llama", "gpt2", "mistral", "qwen2", "gemma")  # tunekit.evaluation.model_families builds each
-VARIANTS = ("eager", "tunekit", "compile", "tunekit+compile", "liger")
+# "-ro": torch.compile(mode="reduce-overhead"), CUDA graphs; the others compile in the default mode
+VARIANTS = ("eager", "tunekit", "compile", "tunekit+compile", "compile-ro", "tunekit+compile-ro", "liger")
 RUNS = ("prefill", "decode", "train")
 DTYPE_NAME = "bfloat16"  # every variant's dtype
-TUNEKIT_VARIANTS = ("tunekit", "tunekit+compile")  # the variants dispatch serves: the ones the workflow reruns
+# the variants dispatch serves: the ones the workflow reruns
+TUNEKIT_VARIANTS = ("tunekit", "tunekit+compile", "tunekit+compile-ro")
 TUNED_SUFFIX = " (tuned plan)"  # the workflow's rerun of a variant, served by the freshly tuned cache
 # The distributions whose versions explain a run (importlib.metadata's names; a missing one is reported as None).
 DISTRIBUTIONS = ("tunekit-triton", "torch", "triton", "transformers", "liger-kernel")
@@ -48,6 +50,8 @@ class Result:
     argmax_agree: float | None = None
     grad_rel_err: float | None = None
     notes: list[str] = field(default_factory=list)
+    # the variant's first call of the run, seconds: with torch.compile, the compile time (and one run) it costs
+    first_call_s: float | None = None
 
 
 def skipped(model: str, variant: str, why: str) -> Result:
@@ -60,7 +64,7 @@ def rerun_variants(variants: tuple[str, ...]) -> tuple[str, ...]:
     """The variants the workflow reruns: those of `variants` that dispatch serves."""
     chosen = tuple(v for v in TUNEKIT_VARIANTS if v in variants)
     if not chosen:
-        raise TunekitError(f"the workflow reruns {' or '.join(TUNEKIT_VARIANTS)}: --variants names neither")
+        raise TunekitError(f"the workflow reruns {', '.join(TUNEKIT_VARIANTS)}: --variants names none of them")
     return chosen
 
 
@@ -86,7 +90,7 @@ def table(results: list[Result]) -> str:
     width = max([16, *(len(r.variant) for r in results)])
     lines = [
         f"{'model':6} {'run':8} {'variant':{width}} {'ms':>8} {'vs eager':>9} {'tok/s':>10} {'peak GiB':>9} "
-        f"{'logits err':>10} {'argmax':>7} {'grad err':>9}"
+        f"{'logits err':>10} {'argmax':>7} {'grad err':>9} {'1st call s':>10}"
     ]
     for r in results:
         if r.notes:
@@ -96,7 +100,7 @@ def table(results: list[Result]) -> str:
         lines.append(
             f"{r.model:6} {r.run:8} {r.variant:{width}} {r.ms:8.3f} {ratio:8.2f}x {r.tokens_per_s:10.0f} "
             f"{r.peak_gib:9.2f} {_cell(r.logits_rel_err, '10.4f'):>10} {_cell(r.argmax_agree, '7.3f'):>7} "
-            f"{_cell(r.grad_rel_err, '9.4f'):>9}"
+            f"{_cell(r.grad_rel_err, '9.4f'):>9} {_cell(r.first_call_s, '10.2f'):>10}"
         )
     return "\n".join(lines)
 
