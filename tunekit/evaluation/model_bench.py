@@ -179,6 +179,7 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
                 clock = _first_call()
                 logits = infer()
                 first_s = clock()
+                logits = logits.clone()  # reduce-overhead: a CUDA graph's output is overwritten by the next replay
                 before = _reset_peak(model)
                 ms = _time(infer, 3, reps)
             peak = (torch.cuda.max_memory_allocated() - before) / 2**30
