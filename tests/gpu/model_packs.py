@@ -5,8 +5,8 @@ time cap continues in the next call on the same machine):
 
     record    each pack model at its release's widths (1 decoder layer, bf16, random weights), patched, run for the
               pack's steps under tunekit.record_problems: plans/<pack>.jsonl, and their union plans/union.jsonl
-    tune      `tunekit tune --plan union.jsonl --trials T --early-stop 0.03` in a subprocess, one process, or with
-              --workers N (one per GPU); wall time and the tuner's output under $OUT
+    tune      `tunekit tune --plan union.jsonl --trials T --early-stop 0.03` (--early-stop off: none) in a
+              subprocess, one process, or with --workers N (one per GPU); wall time and the tuner's output under $OUT
     verify    per pack: the model's steps timed before and after its tuned entries (tunekit.tune_model, with the
               union's entries as its tuning), what slows a step demoted; the plan's entries -> $OUT/packs/<pack>.json
     compare   the winners of this work directory's union against --against (another run's cache): same config, or
@@ -116,11 +116,11 @@ def record(work: Path, models: list[str]) -> dict[str, Any]:
     return {"models": rows, "union": len(union)}
 
 
-def tune(work: Path, trials: int, workers: int | None, cap: float, tag: str) -> dict[str, Any]:
+def tune(work: Path, trials: int, workers: int | None, cap: float, tag: str, early_stop: str) -> dict[str, Any]:
     env = dict(os.environ, TUNEKIT_CACHE_DIR=str(work / "cache"), TRITON_CACHE_DIR=str(work / "triton"))
     env["COLUMNS"] = "200"
     cmd = [sys.executable, "-m", "tunekit.cli", "tune", "--plan", str(work / "plans" / "union.jsonl")]
-    cmd += ["--trials", str(trials), "--early-stop", "0.03"]
+    cmd += ["--trials", str(trials)] + ([] if early_stop == "off" else ["--early-stop", early_stop])
     cmd += ["--workers", str(workers)] if workers else []
     before = sum(1 for _ in Store(work / "cache").entries()) if (work / "cache").exists() else 0
     t0 = time.perf_counter()
@@ -297,6 +297,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="default: .gpu_cache/packs/<device label>")
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--workers", type=int, default=None)
+    # 0.03 built the first packs; their decode GEMMs then lost to a full 8-trial tune (RESULTS.md, 2026-11-27)
+    parser.add_argument("--early-stop", default="0.03", help="the tune stage's --early-stop, or off")
     parser.add_argument("--cap", type=float, default=520.0, help="seconds allowed to the tune stage")
     parser.add_argument("--against", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=5)
@@ -315,7 +317,7 @@ def main() -> None:
         if stage == "record":
             result[stage] = record(work, models)
         elif stage == "tune":
-            result[stage] = tune(work, opts.trials, opts.workers, opts.cap, opts.tag)
+            result[stage] = tune(work, opts.trials, opts.workers, opts.cap, opts.tag, opts.early_stop)
         elif stage == "verify":
             result[stage] = verify(work, models, opts.trials)
         elif stage == "compare":
