@@ -180,6 +180,8 @@ def test_the_wheel_holds_the_package_and_its_data(tmp_path):
                 assert prefix + "/" + str(module.relative_to(ROOT / top)) in names, module
     assert "tunekit/shipped/timings/h200-sm90-132sm/gemm.json.gz" in names
     assert any(n.startswith("tunekit/shipped/") and n.endswith(".json") for n in names)
+    for pack in (ROOT / "cache" / "packs").glob("*.json"):  # every model pack installs with the package
+        assert f"tunekit/shipped/packs/{pack.name}" in names, pack.name
     assert {n.split("/")[0] for n in names} == {"tunekit", f"tunekit_triton-{tunekit.__version__}.dist-info"}
     assert "Name: tunekit-triton" in metadata and re.search(r"Requires-Dist: triton(<4,>=3.6|>=3.6,<4)", metadata)
     assert "tunekit = tunekit.cli:main" in entry_points
