@@ -66,10 +66,10 @@ def test_an_untuned_gpu_records_the_backward_gemms_too(tmp_path: Path, monkeypat
     assert {("row", "col"), ("row", "row"), ("col", "row")} <= layouts, layouts
 
 
-def test_an_untuned_gpu_records_the_training_forwards_of_norms_and_rope(tmp_path: Path, monkeypatch) -> None:
-    """Where torch trains a norm or RoPE call (its backward untuned on a GPU), the recording still holds the forward
-    problem next to the backward: once both are tuned the call runs the forward kernel, so a plan (a model pack)
-    recorded untuned covers what the tuned model runs."""
+def test_an_untuned_gpu_records_the_training_forwards_of_norms_rope_and_pointwise(tmp_path: Path, monkeypatch) -> None:
+    """Where torch trains a norm, RoPE or pointwise call (its backward untuned on a GPU), the recording still holds
+    the forward problem next to the backward: once both are tuned the call runs the forward kernel, so a plan (a
+    model pack) recorded untuned covers what the tuned model runs."""
     import dataclasses
 
     from fingerprints import H200
@@ -85,12 +85,13 @@ def test_an_untuned_gpu_records_the_training_forwards_of_norms_and_rope(tmp_path
     with tunekit.record_problems(tmp_path / "plan.jsonl", buckets=False):
         h = ops.rms_norm(x, (64,), w, 1e-6) + ops.layer_norm(x, (64,), w, b)
         qe, ke = ops.rotary_embedding(q, k, cos, sin)
-        (h.square().sum() + qe.sum() + ke.sum()).backward()
+        g = ops.bias_act(x, b, "gelu")
+        (h.square().sum() + qe.sum() + ke.sum() + g.sum()).backward()
     dispatch.reset_all()
     recorded = {}
     for kernel, problem in read_plan(tmp_path / "plan.jsonl"):
         recorded.setdefault(kernel, []).append(problem)
-    for name in ("rmsnorm", "layernorm", "rope"):
+    for name in ("rmsnorm", "layernorm", "rope", "pointwise"):
         assert len(recorded.get(name, [])) == 1 and len(recorded.get(name + "_backward", [])) == 1, recorded.keys()
     assert recorded["rmsnorm"][0]["rows"] == recorded["rmsnorm_backward"][0]["rows"]
     assert recorded["rope"][0]["rows"] == recorded["rope_backward"][0]["rows"]

@@ -109,13 +109,13 @@ def torch_trains_it(
     inputs: Inputs,
     input: torch.Tensor,
     *leaves: torch.Tensor | None,
-    forward: tuple[Dispatcher, Inputs] | None = None,
+    forward: Callable[[], tuple[Dispatcher, Inputs]] | None = None,
 ) -> bool:
     """Eager training (gradients flow to input or a leaf, not compiling, input not empty) whose backward problem,
     the `backward` kernel's problem of `inputs` (stand-ins: key_of reads shapes and dtypes), dispatch serves with
     torch's own op. Then the op runs torch's whole op and torch's autograd trains it, forward and backward, as
     without tunekit (by default a problem untuned on a GPU: nothing measured says a kernel beats torch there).
-    `forward` (its kernel and inputs) is resolved too while a recording is on, so the plan holds the forward
+    `forward` (giving its kernel and inputs) is resolved too while a recording is on, so the plan holds the forward
     problem that the call runs once its backward is tuned (without, a pack built from such a recording missed the
     training forwards of RMSNorm and RoPE)."""
     if torch.compiler.is_compiling() or not grads_flow(input, *leaves) or input.numel() == 0:
@@ -123,6 +123,6 @@ def torch_trains_it(
     if backward.config(backward.spec.key_of(inputs)) is not TORCH:
         return False
     if forward is not None and recorder.ACTIVE:
-        kernel, forward_inputs = forward
+        kernel, forward_inputs = forward()
         kernel.config(kernel.spec.key_of(forward_inputs))
     return True

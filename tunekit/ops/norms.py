@@ -219,7 +219,7 @@ def layer_norm(
         rows = _rows_like(input, n)
         # torch's whole op where it trains: its autograd saves the statistics the backward would recompute
         backward = (rows, rows, weight, True, want_db, float(eps))
-        forward = (_LAYERNORM, (rows, weight, bias, float(eps)))
+        forward = lambda: (_LAYERNORM, (rows, weight, bias, float(eps)))  # noqa: E731
         if torch_trains_it(_LAYERNORM_BACKWARD, backward, input, weight, bias, forward=forward):
             return F.layer_norm(input, tuple(shape), weight, bias, float(eps))
     return _LAYER_NORM.run(input, list(shape), weight, bias, float(eps), trains=trains)
@@ -307,7 +307,7 @@ def rms_norm(
     trains = grads_flow(input, weight)
     if trains:
         rows = _rows_like(input, math.prod(shape))
-        forward = (_RMSNORM, (rows, weight, eps_value))
+        forward = lambda: (_RMSNORM, (rows, weight, eps_value))  # noqa: E731
         if torch_trains_it(_RMSNORM_BACKWARD, (rows, rows, weight, True, eps_value), input, weight, forward=forward):
             return F.rms_norm(input, tuple(shape), weight, eps_value)
     return _RMS_NORM.run(input, list(shape), weight, eps_value, trains=trains)

@@ -258,7 +258,9 @@ def _torch_trains_it(
     """Eager training whose backward problem dispatch serves with torch (by default, one untuned on a GPU): then
     torch's own chain and its autograd run the call, its fused backward kernels one pass each, where tunekit's
     torch-served backward recomputes in fp32 over several. Under torch.compile the custom ops are traced."""
-    return torch_trains_it(_POINTWISE_BACKWARD, (input, input, bias, True, activation, 1.0), input, bias, residual)
+    backward = (input, input, bias, True, activation, 1.0)
+    forward = lambda: (_POINTWISE, (input, bias, residual, 1.0, activation))  # noqa: E731  (key_of: shapes, dtype)
+    return torch_trains_it(_POINTWISE_BACKWARD, backward, input, bias, residual, forward=forward)
 
 
 def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:

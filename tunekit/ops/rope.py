@@ -194,6 +194,6 @@ def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_d
         return _torch_rotary(q, k, cos, sin, unsqueeze_dim)
     trains = grads_flow(q, k)
     # torch's formula where it trains: dispatch serves torch for the backward problem (untuned on a GPU)
-    if trains and torch_trains_it(_ROPE_BACKWARD, views, q, k, forward=(_ROPE, views)):
+    if trains and torch_trains_it(_ROPE_BACKWARD, views, q, k, forward=lambda: (_ROPE, views)):
         return _torch_rotary(q, k, cos, sin, unsqueeze_dim)
     return _ROTARY.run(q, k, cos, sin, unsqueeze_dim, trains=trains)
