@@ -101,6 +101,7 @@ def record_pack_plan(
     (exact token counts, no buckets); returns the number of problems."""
     import copy
 
+    from tunekit.evaluation.model_bench import forward, loss
     from tunekit.integrations.patching import patch
     from tunekit.runtime.recorder import record_problems
 
@@ -112,9 +113,8 @@ def record_pack_plan(
         for step, (batch, tokens) in steps.items():
             ids = torch.randint(0, vocab, (batch, tokens), generator=gen).to(device)
             if step == "train":
-                patched(ids, labels=ids, use_cache=False).loss.backward()
+                loss(patched, ids).backward()  # the model benchmark's step: its own labels
                 patched.zero_grad(set_to_none=True)
             else:
-                with torch.no_grad():
-                    patched(ids, use_cache=False)
+                forward(patched, ids)()
     return recorder.write(path)

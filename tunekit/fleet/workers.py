@@ -155,8 +155,9 @@ def work(
     isolation worker process serves all the jobs (SharedBench). `timer` defaults to the device's.
     The report (and the last line said) holds each phase's seconds. With `keep_studies` each job's tuning study
     goes to the queue's storage (an RDB: a job resumed on another machine reuses its trials); without, it stays in
-    memory, and the cache, written after each trial, resumes a killed job (local workers share it). Every trial
-    written to an RDB study cost a local worker 0.3-0.6 s of each job (tests/gpu/model_packs.py's 2-GPU run).
+    memory, and the cache, written after each trial, resumes a killed job (local workers share it). With RDB
+    studies a local worker's unaccounted time was 0.62 s per job (tests/gpu/model_packs.py's 2-GPU run; 0.14 s per
+    problem in one process).
     """
     from tunekit.core.device import fingerprint
     from tunekit.store.store import Store
