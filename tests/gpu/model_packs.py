@@ -28,6 +28,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -116,6 +117,22 @@ def record(work: Path, models: list[str]) -> dict[str, Any]:
     return {"models": rows, "union": len(union)}
 
 
+DONE_LINE = re.compile(r"done in ([\d.]+) s.*?; (startup .*) s\)")
+
+
+def phases_of(text: str) -> dict[str, Any]:
+    """Seconds per job by phase, from the tuner's "done in" lines (one per problem, workers or one process)."""
+    jobs, wall, total = 0, 0.0, {}
+    for match in DONE_LINE.finditer(text):
+        jobs += 1
+        wall += float(match.group(1))
+        for part in match.group(2).split(", "):
+            phase, seconds = part.rsplit(" ", 1)
+            total[phase] = total.get(phase, 0.0) + float(seconds)
+    per_job = {k: round(v / jobs, 2) for k, v in total.items()} if jobs else {}
+    return {"jobs": jobs, "job_s_sum": round(wall, 1), "per_job_s": round(wall / jobs, 2) if jobs else None} | per_job
+
+
 def tune(work: Path, trials: int, workers: int | None, cap: float, tag: str, early_stop: str) -> dict[str, Any]:
     env = dict(os.environ, TUNEKIT_CACHE_DIR=str(work / "cache"), TRITON_CACHE_DIR=str(work / "triton"))
     env["COLUMNS"] = "200"
@@ -134,7 +151,8 @@ def tune(work: Path, trials: int, workers: int | None, cap: float, tag: str, ear
     (OUT / f"tune_{tag}.txt").write_text(text)
     after = sum(1 for _ in Store(work / "cache").entries())
     row = {"cmd": " ".join(cmd[1:]), "rc": rc, "wall_s": round(wall, 1), "entries_before": before, "entries": after}
-    print(f"tune {tag}: rc={rc} wall {wall:.1f} s, entries {before} -> {after}", flush=True)
+    row["phases"] = phases_of(text)
+    print(f"tune {tag}: rc={rc} wall {wall:.1f} s, entries {before} -> {after}; {row['phases']}", flush=True)
     print("\n".join(text.splitlines()[-6:]), flush=True)
     return row
 
@@ -304,7 +322,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tag", default="one")
     parser.add_argument("--shrink", type=int, default=1)
+    parser.add_argument("--phases-of", type=Path, default=None, help="only print a tune log's seconds per phase")
     opts = parser.parse_args()
+    if opts.phases_of:
+        print(json.dumps(phases_of(opts.phases_of.read_text())))
+        return
     if opts.shrink > 1:
         shrink_widths(opts.shrink)
     OUT.mkdir(parents=True, exist_ok=True)
