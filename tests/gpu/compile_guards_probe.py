@@ -4,7 +4,10 @@ the host). Compiles a 2-layer Llama (transformers, random weights) with backend 
 on the backend), then times the guard check of the cached frame alone, in alternation, and counts its guards.
 Runs anywhere; in Triton's interpreter on a CPU:
 
-    TRITON_INTERPRET=1 python tests/gpu/compile_guards_probe.py [--hidden 64] [--rounds 5]
+    TRITON_INTERPRET=1 python tests/gpu/compile_guards_probe.py [--hidden 64] [--rounds 5] [--full-call]
+
+--full-call also times whole calls of the two compiled models (backend "eager", so Dynamo's frame, its guards and
+the graph's ops run eagerly), interleaved: all host cost of the compiled call, not only the guards.
 """
 
 from __future__ import annotations
@@ -51,10 +54,19 @@ def check_us(guard, frame, calls: int = 2000) -> float:
         torch.set_grad_enabled(True)
 
 
+def call_us(compiled, ids: torch.Tensor, calls: int = 200) -> float:
+    with torch.no_grad():
+        start = time.perf_counter()
+        for _ in range(calls):
+            compiled(ids, use_cache=False)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--full-call", action="store_true")
     opts = parser.parse_args()
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -71,6 +83,17 @@ def main() -> None:
     for _ in range(opts.rounds):  # interleaved
         for name, (guard, frame) in guards.items():
             times[name].append(check_us(guard, frame))
+    if opts.full_call:  # compiled again: the cached frames above are reused, nothing recompiles
+        compiled = {
+            "compile alone": torch.compile(base, backend="eager"),
+            "tunekit.patch": torch.compile(patched, backend="eager"),
+        }
+        calls: dict[str, list[float]] = {name: [] for name in compiled}
+        for _ in range(opts.rounds):
+            for name, model in compiled.items():
+                calls[name].append(call_us(model, ids))
+        for name in compiled:
+            print(f"{name:14} whole compiled call {statistics.median(calls[name]):8.1f} us")
     for name, (guard, _) in guards.items():
         text = str(guard).splitlines()
         managers = sum("GuardManager:" in line for line in text)
