@@ -1,0 +1,191 @@
+"""Inductor's GEMM choices from tunekit's store (opt-in; issue 31's "feed Inductor" exploration).
+
+Under max-autotune, Inductor benchmarks about twenty Triton tile configs of its own matmul template per GEMM, at
+compile time, against cuBLAS. Where tunekit's store (the user's cache or a shipped pack) holds a tuned entry for
+the same problem, `tuned_gemm_choices()` narrows that search to two candidates: Inductor's matmul template at
+tunekit's tile (BLOCK_M/N/K, GROUP_M, warps, stages) and torch's extern GEMM. Inductor still times both in the
+graph, with its epilogue fusion, so the pick is never a config Inductor measured slower. Where the store says
+torch wins (measured, or the entry demoted by a model step), only torch's extern GEMM is offered; a GEMM with no
+entry gets Inductor's own search (`untuned="inductor"`) or torch's GEMM alone (`untuned="aten"`, the default
+mode's choice, for the default mode's compile time).
+
+Not a kernel of tunekit's: Inductor's own template runs, with a tile tuned for tunekit's kernel, a proxy for
+what suits the problem. Split-K configs have no counterpart in that template and are left to Inductor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import torch
+
+from tunekit.core.device import DeviceFingerprint, fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.core.space import Config, Problem
+from tunekit.core.spec import DTYPE_NAMES
+from tunekit.runtime.dispatch import TORCH, resolve
+from tunekit.store.store import Store
+
+__all__ = ["gemm_choices_class", "gemm_problem_of", "inductor_tile_of", "tuned_gemm_choices", "tunekit_templates"]
+
+MM_TEMPLATE = "triton::mm"  # the uid of Inductor's Triton matmul template
+TUNED_LAYERS = ("cache", "shipped")  # resolutions from an entry of the problem's own
+
+
+def _layout(shape: Sequence[int], stride: Sequence[int]) -> str:
+    """tunekit's operand layout (kernels/gemm/host.py's `layout_of`) from a shape and stride."""
+    rows, cols = shape
+    if cols <= 1 or stride[1] == 1:
+        return "row"
+    if rows <= 1 or stride[0] == 1:
+        return "col"
+    return "strided"
+
+
+def gemm_problem_of(
+    op_name: str, shapes: Sequence[Sequence[int]], strides: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]
+) -> Problem | None:
+    """tunekit's GEMM problem for an Inductor `mm` (mat1, mat2) or `addmm` (bias, mat1, mat2) with these static
+    sizes, or None where tunekit has no such problem (another op, dtype, a 2-D addend, strided operands)."""
+    if op_name == "mm" and len(shapes) == 2:
+        bias = None
+    elif op_name == "addmm" and len(shapes) == 3:
+        bias = (shapes[0], strides[0])
+    else:
+        return None
+    (a_shape, b_shape), (a_stride, b_stride) = shapes[-2:], strides[-2:]
+    if len(a_shape) != 2 or len(b_shape) != 2 or len(set(dtypes)) != 1 or dtypes[0] not in DTYPE_NAMES:
+        return None
+    m, k = (int(d) for d in a_shape)
+    n = int(b_shape[1])
+    if bias is not None:  # tunekit's bias is a vector over N: Inductor passes it 1-D or expanded with stride 0
+        b_sizes, b_strides = bias
+        is_vector = list(b_sizes) == [n] or (len(b_sizes) == 2 and b_sizes[-1] == n and b_strides[0] == 0)
+        if not is_vector:
+            return None
+    a_layout, b_layout = _layout(a_shape, a_stride), _layout(b_shape, b_stride)
+    if "strided" in (a_layout, b_layout):
+        return None
+    from tunekit.kernels.gemm.problem import make_problem  # (a kernel package: imported where used)
+
+    return make_problem(
+        m, n, k, DTYPE_NAMES[dtypes[0]], a_layout=a_layout, b_layout=b_layout, has_bias=bias is not None
+    )
+
+
+def inductor_tile_of(config: Config, k: int) -> dict[str, Any] | None:
+    """Inductor matmul-template kwargs for a tunekit GEMM config, or None (split-K: no such template option).
+    EVEN_K follows the tile: the template skips K masking only when BLOCK_K divides K."""
+    if int(config.get("SPLIT_K", 1)) != 1:
+        return None
+    block_k = int(config["BLOCK_K"])
+    return {
+        "BLOCK_M": int(config["BLOCK_M"]),
+        "BLOCK_N": int(config["BLOCK_N"]),
+        "BLOCK_K": block_k,
+        "GROUP_M": int(config["GROUP_M"]),
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+        "EVEN_K": k % block_k == 0,
+    }
+
+
+def tunekit_templates(
+    problem: Problem, store: Store | None, device: DeviceFingerprint | None = None
+) -> tuple[str, dict[str, Any] | None]:
+    """("tuned", tile) where the store's entry serves tunekit's kernel, ("torch", None) where it serves torch's
+    op (measured faster, or demoted), ("untuned", None) where the problem has no entry of its own."""
+    spec = get_spec("gemm")
+    found = resolve(spec, problem, device or fingerprint(), store)
+    if found.entry is None or found.layer not in (*TUNED_LAYERS, "torch-measured", "torch-launch-bound", "demoted"):
+        return "untuned", None
+    if found.config is TORCH:
+        return "torch", None
+    tile = inductor_tile_of(found.config, int(problem["k"]))
+    return ("tuned", tile) if tile is not None else ("untuned", None)
+
+
+def gemm_choices_class(untuned: str = "aten") -> type:
+    """A new InductorChoices class narrowing GEMM templates by tunekit's store; its `compile_options` are the
+    torch.compile options that go with it (templates offered, and the class in Inductor's cache key, so two
+    models compiled with and without it never share compiled code)."""
+    if untuned not in ("aten", "inductor"):
+        raise ValueError(f"untuned must be 'aten' or 'inductor', got {untuned!r}")
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.kernel_template_choice import KernelTemplateChoice
+    from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+    class TunekitChoices(InductorChoices):
+        """Inductor's choices with a GEMM's templates narrowed by tunekit's store (see the module docstring)."""
+
+        # (op, "tuned" / "torch" / "untuned"): what each GEMM was offered
+        decisions: ClassVar[list[tuple[str, str]]] = []
+        compile_options: ClassVar[dict[str, Any]] = {}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.store = Store()
+
+        def uuid(self) -> str:  # Inductor's cache key of a custom choices class
+            return f"tunekit-gemm-choices-{untuned}"
+
+        def _finalize_template_configs(  # type: ignore[no-untyped-def]
+            self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides=None
+        ):
+            fallback = super()._finalize_template_configs
+            try:
+                problem = gemm_problem_of(
+                    op_name, kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted(), kernel_inputs.dtypes()
+                )
+            except Exception:  # (inputs without static hints, and the like): Inductor decides
+                problem = None
+            if problem is None or kernel_inputs.device_type != "cuda":
+                return fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+            decision, tile = tunekit_templates(problem, self.store)
+            self.decisions.append((op_name, decision))
+            if decision == "untuned" and untuned == "inductor":
+                return fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+            chosen = []
+            for template in templates:
+                if template.uid.startswith("aten::"):  # torch's GEMM: offered in every case
+                    chosen.extend(self.get_ktc(kernel_inputs, template, op_name))
+                elif template.uid == MM_TEMPLATE and tile is not None:
+                    base = next(iter(self.get_ktc(kernel_inputs, template, op_name)), None)
+                    if base is None:
+                        continue
+                    params = DictKernelTemplateParams({**base.params.to_kwargs(), **tile})
+                    chosen.append(
+                        KernelTemplateChoice(
+                            template=base.template,
+                            params=params,
+                            extra_kwargs=base.extra_kwargs,
+                            layout=base.layout,
+                            inputs=base.inputs,
+                        )
+                    )
+            return chosen or fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+
+    TunekitChoices.compile_options = {"max_autotune_gemm": True, "inductor_choices_class": TunekitChoices}
+    return TunekitChoices
+
+
+@contextmanager
+def tuned_gemm_choices(untuned: str = "aten") -> Iterator[type]:
+    """Inside, Inductor lowers GEMMs with tunekit's tuned tiles. Yields the choices class: compile with its
+    options and make the first call inside (Inductor builds the choices handler once per thread, so only this
+    context makes a compile use it, and leaving it restores the one before):
+
+        with tuned_gemm_choices() as choices:
+            fast = torch.compile(model, options=choices.compile_options)
+            fast(x)
+        # choices.decisions: what each GEMM was offered
+
+    A compiled model without those options that shares the model's code may reuse another compile's code."""
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    choices = gemm_choices_class(untuned)
+    with config.patch(max_autotune_gemm=True), V.set_choices_handler(choices()):
+        yield choices
