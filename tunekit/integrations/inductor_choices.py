@@ -113,9 +113,14 @@ def gemm_choices_class(untuned: str = "aten") -> type:
     models compiled with and without it never share compiled code)."""
     if untuned not in ("aten", "inductor"):
         raise ValueError(f"untuned must be 'aten' or 'inductor', got {untuned!r}")
-    from torch._inductor.choices import InductorChoices
-    from torch._inductor.kernel_template_choice import KernelTemplateChoice
-    from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+    try:  # private Inductor API: tested with torch 2.13 on a CPU only (not yet with the GPUs' 2.11)
+        from torch._inductor.choices import InductorChoices
+        from torch._inductor.kernel_template_choice import KernelTemplateChoice
+        from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+    except ImportError as exc:
+        raise RuntimeError(f"this torch's Inductor has no template-choice hook to feed: {exc}") from exc
+    if not hasattr(InductorChoices, "_finalize_template_configs"):
+        raise RuntimeError("this torch's Inductor has no InductorChoices._finalize_template_configs to override")
 
     class TunekitChoices(InductorChoices):
         """Inductor's choices with a GEMM's templates narrowed by tunekit's store (see the module docstring)."""
