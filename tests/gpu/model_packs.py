@@ -205,7 +205,7 @@ def compare(work: Path, against: Path) -> dict[str, Any]:
     mine = {e.key: e for e in Store(work / "cache").entries()}
     theirs = {e.key: e for e in Store(against).entries()}
     both = [k for k in mine if k in theirs]
-    same, ratios = 0, []
+    same, ratios, apart = 0, [], []
     for k in both:
         a, b = mine[k], theirs[k]
         if dict(a.config) == dict(b.config):
@@ -214,6 +214,8 @@ def compare(work: Path, against: Path) -> dict[str, Any]:
         measured = {json.dumps(dict(t.config), sort_keys=True): t.time_ms for t in a.trials if t.status == "ok"}
         t = measured.get(json.dumps(dict(b.config), sort_keys=True))
         ratios.append(t / a.time_ms if t else float("nan"))
+        if t and t / a.time_ms > 1.05 and a.time_ms >= 0.05:  # past the noise of one timing at that size
+            apart.append(f"{a.key.kernel} {a.time_ms:.3f} ms: {t / a.time_ms:.3f}x")
     known = sorted(r for r in ratios if r == r)
     row = {
         "common": len(both),
@@ -223,6 +225,8 @@ def compare(work: Path, against: Path) -> dict[str, Any]:
     }
     if known:
         row |= {"their_winner_here_median": statistics.median(known), "their_winner_here_max": known[-1]}
+        row |= {"within_3pct": sum(r <= 1.03 for r in known), "within_5pct": sum(r <= 1.05 for r in known)}
+        row["over_5pct_at_0.05ms_or_more"] = apart
     print(f"compare: {row}", flush=True)
     return row
 
