@@ -131,7 +131,18 @@ def gemm_choices_class(untuned: str = "aten") -> type:
 
         def __init__(self) -> None:
             super().__init__()
-            self.store = Store()
+            self._store: Store | None = None  # opened on the first GEMM (Inductor also builds one for its cache key)
+
+        @property
+        def store(self) -> Store:
+            if self._store is None:
+                self._store = Store()
+            return self._store
+
+        def close(self) -> None:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
         def uuid(self) -> str:  # Inductor's cache key of a custom choices class
             return f"tunekit-gemm-choices-{untuned}"
@@ -192,5 +203,9 @@ def tuned_gemm_choices(untuned: str = "aten") -> Iterator[type]:
     from torch._inductor.virtualized import V
 
     choices = gemm_choices_class(untuned)
-    with config.patch(max_autotune_gemm=True), V.set_choices_handler(choices()):
-        yield choices
+    handler = choices()
+    try:
+        with config.patch(max_autotune_gemm=True), V.set_choices_handler(handler):
+            yield choices
+    finally:
+        handler.close()
