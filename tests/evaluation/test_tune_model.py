@@ -104,3 +104,38 @@ def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
     assert report.changed >= 2 and report.demoted == []
     (step,) = report.steps
     assert step.vs_before == pytest.approx(1.0) and step.vs_eager == pytest.approx(1.0)
+
+
+class ScriptedAlternation:
+    """Stands in for the alternation: each run returns the next scripted gain of the subset over "after"."""
+
+    def __init__(self, gains: list[float]) -> None:
+        self.gains, self.runs = list(gains), 0
+
+    def run(self, calls: dict) -> dict[str, list[float]]:
+        self.runs += 1
+        gain = self.gains.pop(0)
+        return {"after": [10.0 * (1 + gain)] * 3, "subset": [10.0] * 3}
+
+
+@pytest.mark.parametrize(
+    "gains, demoted",
+    [
+        ([0.05, 0.001], None),  # the second timing sees no gain: noise, kept
+        ([0.05, 0.03], 0.03),  # both past the tolerance: demoted, with the smaller gain
+        ([0.01], None),  # not past it the first time: not timed again
+    ],
+)
+def test_a_single_suspect_is_demoted_only_when_a_second_timing_agrees(gains, demoted) -> None:
+    from tunekit.evaluation.tune_model import _causes
+
+    suspect = ("gemm", ("a problem key",))
+    before = {"gemm": {suspect[1]: {"BLOCK_M": 64}}}
+    alternate = ScriptedAlternation(gains)
+    found = _causes([suspect], before, alternate, lambda: None, tolerance=0.02)  # type: ignore[arg-type]
+    assert alternate.runs == len(gains)
+    if demoted is None:
+        assert found == []
+    else:
+        ((problem, gain),) = found
+        assert problem == suspect and gain == pytest.approx(demoted)
