@@ -50,6 +50,7 @@ from tunekit.runtime.recorder import plan_line
 from tunekit.store.database import write_document
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
+from tunekit.tuning.phases import PhaseTimes
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -121,15 +122,15 @@ DONE_LINE = re.compile(r"done in ([\d.]+) s.*?; (startup .*) s\)")
 
 
 def phases_of(text: str) -> dict[str, Any]:
-    """Seconds per job by phase, from the tuner's "done in" lines (one per problem, workers or one process)."""
-    jobs, wall, total = 0, 0.0, {}
-    for match in DONE_LINE.finditer(text):
-        jobs += 1
-        wall += float(match.group(1))
-        for part in match.group(2).split(", "):
-            phase, seconds = part.rsplit(" ", 1)
-            total[phase] = total.get(phase, 0.0) + float(seconds)
-    per_job = {k: round(v / jobs, 2) for k, v in total.items()} if jobs else {}
+    """Seconds per job by phase, from the tuner's "done in" lines (one per problem, workers or one process; their
+    phases as PhaseTimes.describe writes them)."""
+    matches = list(DONE_LINE.finditer(text))
+    total = PhaseTimes.summed(
+        {phase: float(seconds) for phase, seconds in (part.rsplit(" ", 1) for part in m.group(2).split(", "))}
+        for m in matches
+    )
+    jobs, wall = len(matches), sum(float(m.group(1)) for m in matches)
+    per_job = {k: round(v / jobs, 2) for k, v in total.seconds.items()} if jobs else {}
     return {"jobs": jobs, "job_s_sum": round(wall, 1), "per_job_s": round(wall / jobs, 2) if jobs else None} | per_job
 
 

@@ -31,17 +31,8 @@ from tunekit.store.store import Store
 __all__ = ["gemm_choices_class", "gemm_problem_of", "inductor_tile_of", "tuned_gemm_choices", "tunekit_templates"]
 
 MM_TEMPLATE = "triton::mm"  # the uid of Inductor's Triton matmul template
-TUNED_LAYERS = ("cache", "shipped")  # resolutions from an entry of the problem's own
-
-
-def _layout(shape: Sequence[int], stride: Sequence[int]) -> str:
-    """tunekit's operand layout (kernels/gemm/host.py's `layout_of`) from a shape and stride."""
-    rows, cols = shape
-    if cols <= 1 or stride[1] == 1:
-        return "row"
-    if rows <= 1 or stride[0] == 1:
-        return "col"
-    return "strided"
+# dispatch's layers that resolve a problem from an entry of its own (served as tuned, or as torch by that entry)
+OWN_ENTRY_LAYERS = ("cache", "shipped", "torch-measured", "torch-launch-bound", "demoted")
 
 
 def gemm_problem_of(
@@ -65,10 +56,15 @@ def gemm_problem_of(
         is_vector = list(b_sizes) == [n] or (len(b_sizes) == 2 and b_sizes[-1] == n and b_strides[0] == 0)
         if not is_vector:
             return None
-    a_layout, b_layout = _layout(a_shape, a_stride), _layout(b_shape, b_stride)
+    from tunekit.kernels.gemm.host import layout_of  # (a kernel package: imported where used)
+    from tunekit.kernels.gemm.problem import make_problem
+
+    # the op's own layout rule, on meta tensors (sizes and strides only)
+    a_layout, b_layout = (
+        layout_of(torch.empty_strided(s, t, device="meta")) for s, t in ((a_shape, a_stride), (b_shape, b_stride))
+    )
     if "strided" in (a_layout, b_layout):
         return None
-    from tunekit.kernels.gemm.problem import make_problem  # (a kernel package: imported where used)
 
     return make_problem(
         m, n, k, DTYPE_NAMES[dtypes[0]], a_layout=a_layout, b_layout=b_layout, has_bias=bias is not None
@@ -99,7 +95,7 @@ def tunekit_templates(
     op (measured faster, or demoted), ("untuned", None) where the problem has no entry of its own."""
     spec = get_spec("gemm")
     found = resolve(spec, problem, device or fingerprint(), store)
-    if found.entry is None or found.layer not in (*TUNED_LAYERS, "torch-measured", "torch-launch-bound", "demoted"):
+    if found.entry is None or found.layer not in OWN_ENTRY_LAYERS:
         return "untuned", None
     if found.config is TORCH:
         return "torch", None
