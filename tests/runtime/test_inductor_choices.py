@@ -5,6 +5,7 @@ torch's GEMM, torch's GEMM alone, or Inductor's own search), and a split-K confi
 from __future__ import annotations
 
 import shutil
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -110,35 +111,50 @@ def fake_ktc(template: FakeTemplate, **params: Any) -> Any:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("untuned", ["aten", "inductor"])
-def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, monkeypatch) -> None:
-    pytest.importorskip("torch._inductor.kernel_template_choice")
-    monkeypatch.setattr(inductor_choices, "fingerprint", lambda: H200)
-    shapes, strides, dtypes = linear_mm(4096, 4000, 4000)
-    inputs = SimpleNamespace(
+def cuda_gemm_inputs(m: int, n: int, k: int) -> Any:
+    shapes, strides, dtypes = linear_mm(m, n, k)
+    return SimpleNamespace(
         device_type="cuda", shapes_hinted=lambda: shapes, strides_hinted=lambda: strides, dtypes=lambda: dtypes
     )
-    templates = [FakeTemplate("aten::mm"), FakeTemplate("triton::mm"), FakeTemplate("triton::mm_persistent_tma")]
-    searched = ["inductor's own search"]
+
+
+TEMPLATES = [FakeTemplate("aten::mm"), FakeTemplate("triton::mm"), FakeTemplate("triton::mm_persistent_tma")]
+SEARCHED = ["inductor's own search"]
+
+
+@pytest.fixture
+def inductor(monkeypatch) -> Any:
+    """Inductor's choices on an H200, its own search stubbed (it would compile and time templates)."""
+    pytest.importorskip("torch._inductor.kernel_template_choice")
+    from torch._inductor.choices import InductorChoices
+
+    monkeypatch.setattr(inductor_choices, "fingerprint", lambda: H200)
+    inductor_choices.route_inductor_choices()
+    monkeypatch.setattr(inductor_choices, "inductor_finalize", lambda *a, **k: SEARCHED)
+    monkeypatch.setattr(
+        InductorChoices, "get_ktc",
+        lambda _self, _inputs, template, _op, *_: iter([fake_ktc(template, BLOCK_M=32, EVEN_K=True, ACC_TYPE="fp32")]),
+    )  # fmt: skip
+    return InductorChoices
+
+
+@pytest.mark.parametrize("untuned", ["aten", "inductor"])
+def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, inductor) -> None:
+    inputs = cuda_gemm_inputs(4096, 4000, 4000)
     with inductor_choices.tuned_gemm_choices(untuned) as choices_class:
         choices = choices_class()
-        monkeypatch.setattr(
-            choices, "get_ktc",
-            lambda _inputs, template, _op, *_: iter([fake_ktc(template, BLOCK_M=32, EVEN_K=True, ACC_TYPE="fp32")]),
-        )  # fmt: skip
-        monkeypatch.setattr(type(choices).__mro__[1], "_finalize_template_configs", lambda *a, **k: searched)
 
         def offered() -> Any:
-            return choices._finalize_template_configs({}, inputs, templates, "mm")
+            return choices._finalize_template_configs({}, inputs, TEMPLATES, "mm")
 
         untuned_offer = offered()
         tuned = entry(problem, 0.5, 0.6)
-        choices.store.put(tuned)
+        choices_class.store().put(tuned)
         tuned_offer = offered()
-        choices.store.put(entry(problem, 0.5, 0.4))
+        choices_class.store().put(entry(problem, 0.5, 0.4))
         torch_offer = offered()
     if untuned == "inductor":
-        assert untuned_offer is searched
+        assert untuned_offer is SEARCHED
     else:
         assert [c.template.uid for c in untuned_offer] == ["aten::mm"]
     assert [c.template.uid for c in tuned_offer] == ["aten::mm", "triton::mm"]
@@ -149,6 +165,33 @@ def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, mo
     # compiles with and without it never share code: the class is in the compile's options (its cache key)
     assert choices_class.compile_options == {"max_autotune_gemm": True, "inductor_choices_class": choices_class}
     assert choices_class().uuid() == f"tunekit-gemm-choices-{untuned}"
+
+
+def test_a_handler_made_before_the_options_narrows_on_another_thread(problem, inductor) -> None:
+    """A training step's backward compiles on autograd's device thread, under the compile's options (Inductor
+    wraps its inner compile in them) but with the handler that thread made on its first lowering (Inductor's plain
+    one, if an earlier compile made it): under tunekit's options that handler narrows too; under any other
+    compile's it is Inductor's own."""
+    from torch._inductor import config
+
+    earlier = inductor()  # made by an earlier compile, before tunekit's options
+    inputs = cuda_gemm_inputs(4096, 4000, 4000)
+    offers: list[Any] = []
+
+    choices_class = inductor_choices.gemm_choices_class()
+
+    def backward_lowering() -> None:
+        with config.patch(choices_class.compile_options):
+            offers.append(earlier._finalize_template_configs({}, inputs, TEMPLATES, "mm"))
+
+    choices_class.store().put(entry(problem, 0.5, 0.6))
+    thread = threading.Thread(target=backward_lowering)
+    thread.start()
+    thread.join()
+    choices_class.close()
+    assert [c.template.uid for c in offers[0]] == ["aten::mm", "triton::mm"]
+    assert choices_class.decisions == [("mm", "tuned")]
+    assert earlier._finalize_template_configs({}, inputs, TEMPLATES, "mm") is SEARCHED  # another compile's
 
 
 NO_COMPILER = shutil.which("c++") is None and shutil.which("g++") is None

@@ -9,13 +9,17 @@ torch wins (measured, or the entry demoted by a model step), only torch's extern
 entry gets Inductor's own search (`untuned="inductor"`) or torch's GEMM alone (`untuned="aten"`, the default
 mode's choice, for the default mode's compile time).
 
+The narrowing is a wrapper around `InductorChoices._finalize_template_configs`, installed once and active only
+in compiles whose options name a tunekit choices class (`route_inductor_choices` says why a subclass alone is
+not enough: a training step's backward GEMMs).
+
 Not a kernel of tunekit's: Inductor's own template runs, with a tile tuned for tunekit's kernel, a proxy for
 what suits the problem. Split-K configs have no counterpart in that template and are left to Inductor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -103,105 +107,158 @@ def tunekit_templates(
     return ("tuned", tile) if tile is not None else ("untuned", None)
 
 
-def gemm_choices_class(untuned: str = "aten") -> type:
-    """A new InductorChoices class narrowing GEMM templates by tunekit's store; its `compile_options` are the
-    torch.compile options that go with it (templates offered, and the class in Inductor's cache key, so two
-    models compiled with and without it never share compiled code)."""
+def narrowed_templates(
+    choices_class: Any,
+    handler: Any,
+    template_choices: Any,
+    kernel_inputs: Any,
+    templates: Sequence[Any],
+    op_name: str,
+    kwarg_overrides: Any = None,
+) -> Any:
+    """Inductor's template configs for one GEMM, narrowed by `choices_class`'s settings and store (the module
+    docstring says how); Inductor's own where tunekit has no problem for the GEMM."""
+
+    def inductor_own() -> Any:
+        return inductor_finalize(handler, template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+
+    try:
+        problem = gemm_problem_of(
+            op_name, kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted(), kernel_inputs.dtypes()
+        )
+    except Exception:  # (inputs without static hints, and the like): Inductor decides
+        problem = None
+    if problem is None or kernel_inputs.device_type != "cuda":
+        return inductor_own()
+    decision, tile = tunekit_templates(problem, choices_class.store())
+    choices_class.decisions.append((op_name, decision))
+    if decision == "untuned" and choices_class.untuned == "inductor":
+        return inductor_own()
+    from torch._inductor.kernel_template_choice import KernelTemplateChoice
+    from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+    chosen = []
+    for template in templates:
+        if template.uid.startswith("aten::"):  # torch's GEMM: offered in every case
+            chosen.extend(handler.get_ktc(kernel_inputs, template, op_name))
+        elif template.uid == MM_TEMPLATE and tile is not None:
+            base = next(iter(handler.get_ktc(kernel_inputs, template, op_name)), None)
+            if base is None:
+                continue
+            params = DictKernelTemplateParams({**base.params.to_kwargs(), **tile})
+            chosen.append(
+                KernelTemplateChoice(
+                    template=base.template,
+                    params=params,
+                    extra_kwargs=base.extra_kwargs,
+                    layout=base.layout,
+                    inputs=base.inputs,
+                )
+            )
+    return chosen or inductor_own()
+
+
+def _not_routed(handler: Any, *args: Any) -> Any:
+    raise RuntimeError("route_inductor_choices() was not called")
+
+
+inductor_finalize: Callable[..., Any] = _not_routed  # Inductor's own method, once `route_inductor_choices` ran
+
+
+def route_inductor_choices() -> None:
+    """Make every InductorChoices handler narrow GEMMs while a tunekit choices class is the compile's
+    `inductor_choices_class` (once per process; a no-op for every other compile).
+
+    Inductor keeps one choices handler per thread, made on the thread's first lowering. A training step's
+    backward graph compiles on autograd's device thread, whose handler may predate the compile (an earlier
+    compile made it), so a subclass alone would leave backward GEMMs to Inductor's full search; the compile's
+    options, though, are in force there (Inductor wraps its inner compile in them), so the class is read from
+    them."""
+    global inductor_finalize
+    from torch._inductor import config
+    from torch._inductor.choices import InductorChoices
+
+    own = InductorChoices._finalize_template_configs
+    if getattr(own, "tunekit_routes", False):
+        return
+    inductor_finalize = own
+
+    def finalize(
+        self: Any, template_choices: Any, kernel_inputs: Any, templates: Any, op_name: str, kwarg_overrides: Any = None
+    ) -> Any:
+        active = config.inductor_choices_class
+        if getattr(active, "narrows_gemms", False):
+            return narrowed_templates(
+                active, self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides
+            )
+        return inductor_finalize(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+
+    finalize.tunekit_routes = True  # type: ignore[attr-defined]
+    InductorChoices._finalize_template_configs = finalize  # type: ignore[method-assign]
+
+
+def gemm_choices_class(untuned: str = "aten") -> type[Any]:
+    """A new InductorChoices class whose compiles narrow GEMM templates by tunekit's store; its `compile_options`
+    are the torch.compile options that go with it (templates offered, and the class in Inductor's cache key, so
+    two models compiled with and without it never share compiled code)."""
     if untuned not in ("aten", "inductor"):
         raise ValueError(f"untuned must be 'aten' or 'inductor', got {untuned!r}")
-    try:  # private Inductor API: tested with torch 2.13 on a CPU only (not yet with the GPUs' 2.11)
+    try:  # private Inductor API: tested with torch 2.13 on a CPU, and run with the GPUs' 2.11
         from torch._inductor.choices import InductorChoices
-        from torch._inductor.kernel_template_choice import KernelTemplateChoice
-        from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+        from torch._inductor.kernel_template_choice import KernelTemplateChoice  # noqa: F401
+        from torch._inductor.template_heuristics.params import DictKernelTemplateParams  # noqa: F401
     except ImportError as exc:
         raise RuntimeError(f"this torch's Inductor has no template-choice hook to feed: {exc}") from exc
     if not hasattr(InductorChoices, "_finalize_template_configs"):
         raise RuntimeError("this torch's Inductor has no InductorChoices._finalize_template_configs to override")
+    route_inductor_choices()
+    opened: list[Store] = []  # the store, opened on the first GEMM (Inductor also builds a handler for its cache key)
 
     class TunekitChoices(InductorChoices):
-        """Inductor's choices with a GEMM's templates narrowed by tunekit's store (see the module docstring)."""
+        """The compile option that turns the narrowing on (see `route_inductor_choices`)."""
 
+        narrows_gemms: ClassVar[bool] = True
+        untuned: ClassVar[str]  # what a GEMM without an entry of its own is offered
         # (op, "tuned" / "torch" / "untuned"): what each GEMM was offered
         decisions: ClassVar[list[tuple[str, str]]] = []
         compile_options: ClassVar[dict[str, Any]] = {}
 
-        def __init__(self) -> None:
-            super().__init__()
-            self._store: Store | None = None  # opened on the first GEMM (Inductor also builds one for its cache key)
+        @staticmethod
+        def store() -> Store:
+            if not opened:
+                opened.append(Store())
+            return opened[0]
 
-        @property
-        def store(self) -> Store:
-            if self._store is None:
-                self._store = Store()
-            return self._store
-
-        def close(self) -> None:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+        @staticmethod
+        def close() -> None:
+            while opened:
+                opened.pop().close()
 
         def uuid(self) -> str:  # Inductor's cache key of a custom choices class
             return f"tunekit-gemm-choices-{untuned}"
 
-        def _finalize_template_configs(  # type: ignore[no-untyped-def]
-            self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides=None
-        ):
-            fallback = super()._finalize_template_configs
-            try:
-                problem = gemm_problem_of(
-                    op_name, kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted(), kernel_inputs.dtypes()
-                )
-            except Exception:  # (inputs without static hints, and the like): Inductor decides
-                problem = None
-            if problem is None or kernel_inputs.device_type != "cuda":
-                return fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
-            decision, tile = tunekit_templates(problem, self.store)
-            self.decisions.append((op_name, decision))
-            if decision == "untuned" and untuned == "inductor":
-                return fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
-            chosen = []
-            for template in templates:
-                if template.uid.startswith("aten::"):  # torch's GEMM: offered in every case
-                    chosen.extend(self.get_ktc(kernel_inputs, template, op_name))
-                elif template.uid == MM_TEMPLATE and tile is not None:
-                    base = next(iter(self.get_ktc(kernel_inputs, template, op_name)), None)
-                    if base is None:
-                        continue
-                    params = DictKernelTemplateParams({**base.params.to_kwargs(), **tile})
-                    chosen.append(
-                        KernelTemplateChoice(
-                            template=base.template,
-                            params=params,
-                            extra_kwargs=base.extra_kwargs,
-                            layout=base.layout,
-                            inputs=base.inputs,
-                        )
-                    )
-            return chosen or fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
-
+    TunekitChoices.untuned = untuned
     TunekitChoices.compile_options = {"max_autotune_gemm": True, "inductor_choices_class": TunekitChoices}
     return TunekitChoices
 
 
 @contextmanager
-def tuned_gemm_choices(untuned: str = "aten") -> Iterator[type]:
-    """Inside, Inductor lowers GEMMs with tunekit's tuned tiles. Yields the choices class: compile with its
-    options and make the first call inside (Inductor builds the choices handler once per thread, so only this
-    context makes a compile use it, and leaving it restores the one before):
+def tuned_gemm_choices(untuned: str = "aten") -> Iterator[type[Any]]:
+    """Yields a choices class whose `compile_options` make a compile lower GEMMs with tunekit's tuned tiles:
 
         with tuned_gemm_choices() as choices:
             fast = torch.compile(model, options=choices.compile_options)
             fast(x)
         # choices.decisions: what each GEMM was offered
 
-    A compiled model without those options that shares the model's code may reuse another compile's code."""
+    Pass the options: Inductor's config is per thread, and the options follow the compile to the thread where a
+    training step's backward compiles; the context itself covers only compiles on this thread. Leaving it closes
+    the store the class opened."""
     from torch._inductor import config
-    from torch._inductor.virtualized import V
 
     choices = gemm_choices_class(untuned)
-    handler = choices()
     try:
-        with config.patch(max_autotune_gemm=True), V.set_choices_handler(handler):
+        with config.patch(choices.compile_options):
             yield choices
     finally:
-        handler.close()
+        choices.close()
