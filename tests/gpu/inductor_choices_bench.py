@@ -1,10 +1,12 @@
 """tunekit's tuned GEMM tiles as Inductor's choices (tunekit.integrations.inductor_choices) against max-autotune and
 the default mode: compile time and step time (issue 31, "feed Inductor").
 
-A pack model (2 decoder layers, bf16, random weights) per step (prefill, decode, train), compiled four ways on
-copies of the same weights: torch.compile's default mode; mode="max-autotune-no-cudagraphs" (Inductor searches
-its GEMM templates against cuBLAS); and the default mode with max_autotune_gemm inside `tuned_gemm_choices`,
-untuned GEMMs given torch's GEMM only ("tunekit tiles") or Inductor's own search ("tunekit tiles + search").
+A pack model (2 decoder layers, bf16, random weights) per step (prefill, decode, train), compiled several ways on
+copies of the same weights: torch.compile's default mode, twice (the second, "compile (control)", is the noise
+of a ratio); mode="max-autotune-no-cudagraphs" (Inductor searches its GEMM templates against cuBLAS); and the
+default mode with `tuned_gemm_choices`' options, untuned GEMMs given torch's GEMM only ("tunekit tiles") or
+Inductor's own search ("tunekit tiles + search"). Opt-in: "reduce-overhead" and "tunekit tiles + search
+(reduce-overhead)", the same with CUDA graphs.
 On a GPU the pack's shipped entries are the store. Inductor's caches are off, so each first call is a cold
 compile; each (variant, step) is its own compiled copy with static shapes. Then every step's variants are timed
 in alternation (median of per-round ratios vs the default mode), and prefill's logits compared with eager's.
@@ -36,10 +38,12 @@ from tunekit.evaluation.tune_model import _Alternation, default_timer
 from tunekit.integrations.inductor_choices import tuned_gemm_choices
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
-VARIANTS = ("compile", "max-autotune", "tunekit tiles", "tunekit tiles + search")
-
+VARIANTS = ("compile", "compile (control)", "max-autotune", "tunekit tiles", "tunekit tiles + search")
+# opt-in (--variants): compile's reduce-overhead mode (CUDA graphs), alone and with tunekit's choices
+CUDA_GRAPH_VARIANTS = ("reduce-overhead", "tunekit tiles + search (reduce-overhead)")
 
 UNTUNED = {"tunekit tiles": "aten", "tunekit tiles + search": "inductor"}
+UNTUNED["tunekit tiles + search (reduce-overhead)"] = "inductor"
 
 
 def compile_context(variant: str) -> AbstractContextManager[Any]:
@@ -50,9 +54,14 @@ def compiled(base: torch.nn.Module, variant: str, choices: Any) -> torch.nn.Modu
     """A compiled copy. Distinct options per variant: torch.compile calls with equal options share Dynamo's
     cache entries across copies of one model class (a copy would run another variant's code)."""
     model = copy.deepcopy(base)
-    if variant == "max-autotune":
-        return torch.compile(model, mode="max-autotune-no-cudagraphs")
-    return torch.compile(model, options=choices.compile_options if choices is not None else None)
+    if variant in ("max-autotune", "reduce-overhead"):
+        return torch.compile(model, mode="max-autotune-no-cudagraphs" if variant == "max-autotune" else variant)
+    options = dict(choices.compile_options) if choices is not None else {}
+    if variant == "compile (control)":  # the default mode again, its own cache entries: the noise of a ratio
+        options = {"max_autotune_gemm": False}
+    if variant.endswith("(reduce-overhead)"):
+        options["triton.cudagraphs"] = True  # what mode="reduce-overhead" sets (mode and options exclude each other)
+    return torch.compile(model, options=options or None)
 
 
 def main() -> None:
