@@ -88,6 +88,34 @@ def test_every_compile_mode_runs_its_variant(monkeypatch):
         assert seen == expected, name
 
 
+def test_the_choices_variants_compile_the_unpatched_model_with_tunekits_gemm_choices(monkeypatch):
+    """tiles+compile: the model's own code, compiled with tunekit's choices class as Inductor's (GEMM templates
+    offered, untuned GEMMs searched by Inductor); -ro adds CUDA graphs, as reduce-overhead does."""
+    pytest.importorskip("torch._inductor.kernel_template_choice")
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    monkeypatch.setattr(model_bench, "patch", lambda model: seen.append("patched"))
+    for name in model_results.CHOICES_VARIANTS:
+        seen.clear()
+        model_bench._variant(torch.nn.Linear(2, 2), name, "llama")
+        [kw] = seen
+        options = kw["options"]
+        assert options["max_autotune_gemm"] is True and options["inductor_choices_class"].untuned == "inductor"
+        assert options.get("triton.cudagraphs", False) is name.endswith("-ro"), name
+
+
+def test_the_choices_variants_are_opt_in_and_rerun_by_the_workflow():
+    from tunekit.cli.models import parse_variants
+
+    assert not set(model_results.CHOICES_VARIANTS) & set(model_results.VARIANTS)  # not in a default run
+    assert parse_variants("liger,tiles+compile-ro,compile,tiles+compile") == (
+        "compile", "tiles+compile", "tiles+compile-ro", "liger",
+    )  # fmt: skip
+    assert model_results.rerun_variants(("compile", "tiles+compile")) == ("tiles+compile",)
+
+
 def test_json_holds_the_context_and_no_nan(tmp_path, monkeypatch):
     monkeypatch.setattr(model_results, "DISTRIBUTIONS", ("torch", "triton", "no-such-distribution-xyz"))
     path = tmp_path / "bench.json"

@@ -10,7 +10,7 @@ import typer
 
 from tunekit.cli.app import say
 from tunekit.core.errors import TunekitError
-from tunekit.evaluation.model_results import MODELS, VARIANTS, Workload, rerun_variants
+from tunekit.evaluation.model_results import ALL_VARIANTS, MODELS, VARIANTS, Workload, rerun_variants
 
 DEFAULT = Workload("llama")  # the defaults of every size option
 PREFILL, DECODE, TRAIN = (f"{b}x{t}" for b, t in (DEFAULT.prefill, DEFAULT.decode, DEFAULT.train))
@@ -39,10 +39,10 @@ def parse_models(text: str) -> tuple[str, ...]:
 def parse_variants(text: str) -> tuple[str, ...]:
     """Comma-separated variant names, in the benchmark's order, each once."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n not in ALL_VARIANTS]
     if unknown or not names:
-        raise TunekitError(f"--variants takes a comma list of {', '.join(VARIANTS)}, but got {text!r}")
-    return tuple(v for v in VARIANTS if v in names)
+        raise TunekitError(f"--variants takes a comma list of {', '.join(ALL_VARIANTS)}, but got {text!r}")
+    return tuple(v for v in ALL_VARIANTS if v in names)
 
 
 def require_gpu() -> None:
@@ -75,7 +75,11 @@ def model_bench(
     decode: Annotated[str, typer.Option(help="Decode: batch x tokens, no grad, no KV cache.")] = DECODE,
     train: Annotated[str, typer.Option(help="Training step (forward, backward, SGD): batch x tokens.")] = TRAIN,
     variants: Annotated[
-        str, typer.Option(help="Comma-separated; eager always runs (every ratio and error is against it).")
+        str,
+        typer.Option(
+            help="Comma-separated; eager always runs (every ratio and error is against it). Also: tiles+compile and "
+            "tiles+compile-ro, the unpatched model compiled with tunekit's tuned GEMM tiles as Inductor's choices."
+        ),
     ] = ",".join(VARIANTS),
     reps: Annotated[int, typer.Option(min=1, help="Timed runs per measurement (the median), after 3 warm-ups.")] = 10,
     out: Annotated[

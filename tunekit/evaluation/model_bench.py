@@ -19,7 +19,17 @@ import torch
 
 from tunekit.core.errors import TunekitError
 from tunekit.evaluation.model_families import FAMILIES
-from tunekit.evaluation.model_results import DTYPE_NAME, RUNS, VARIANTS, Result, Workload, skipped, table, write_json
+from tunekit.evaluation.model_results import (
+    CHOICES_VARIANTS,
+    DTYPE_NAME,
+    RUNS,
+    VARIANTS,
+    Result,
+    Workload,
+    skipped,
+    table,
+    write_json,
+)
 from tunekit.integrations.patching import patch
 
 DTYPE: torch.dtype = getattr(torch, DTYPE_NAME)
@@ -98,7 +108,16 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
             raise TunekitError(f"Liger-Kernel has no patch for {model_kind}")
         getattr(monkey_patch, apply)(model=model)
     run: Callable[..., Any] = model
-    if name.endswith("compile"):
+    if name in CHOICES_VARIANTS:
+        from tunekit.integrations.inductor_choices import gemm_choices_class
+
+        options = dict(gemm_choices_class(untuned="inductor").compile_options)
+        if name.endswith("-ro"):
+            options["triton.cudagraphs"] = (
+                True  # what mode="reduce-overhead" sets (mode and options exclude each other)
+            )
+        run = torch.compile(model, options=options)
+    elif name.endswith("compile"):
         run = torch.compile(model)
     elif name.endswith("compile-ro"):
         run = torch.compile(model, mode="reduce-overhead")

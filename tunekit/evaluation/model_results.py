@@ -18,10 +18,14 @@ from tunekit.core.errors import TunekitError
 MODELS = ("llama", "gpt2", "mistral", "qwen2", "gemma")  # tunekit.evaluation.model_families builds each
 # "-ro": torch.compile(mode="reduce-overhead"), CUDA graphs; the others compile in the default mode
 VARIANTS = ("eager", "tunekit", "compile", "tunekit+compile", "compile-ro", "tunekit+compile-ro", "liger")
+# Opt-in (--variants): the unpatched model compiled with tunekit's tuned tiles as Inductor's GEMM choices, untuned
+# GEMMs searched by Inductor (tunekit.integrations.inductor_choices); a first call as long as that search.
+CHOICES_VARIANTS = ("tiles+compile", "tiles+compile-ro")
+ALL_VARIANTS = (*VARIANTS[:-1], *CHOICES_VARIANTS, VARIANTS[-1])  # the order a run measures them in
 RUNS = ("prefill", "decode", "train")
 DTYPE_NAME = "bfloat16"  # every variant's dtype
 # the variants dispatch serves: the ones the workflow reruns
-TUNEKIT_VARIANTS = ("tunekit", "tunekit+compile", "tunekit+compile-ro")
+TUNEKIT_VARIANTS = ("tunekit", "tunekit+compile", "tunekit+compile-ro", *CHOICES_VARIANTS)
 TUNED_SUFFIX = " (tuned plan)"  # the workflow's rerun of a variant, served by the freshly tuned cache
 # The distributions whose versions explain a run (importlib.metadata's names; a missing one is reported as None).
 DISTRIBUTIONS = ("tunekit-triton", "torch", "triton", "transformers", "liger-kernel")
