@@ -251,9 +251,9 @@ def tuned_gemm_choices(untuned: str = "aten") -> Iterator[type[Any]]:
             fast(x)
         # choices.decisions: what each GEMM was offered
 
-    Pass the options: Inductor's config is per thread, and the options follow the compile to the thread where a
-    training step's backward compiles; the context itself covers only compiles on this thread. Leaving it closes
-    the store the class opened."""
+    Pass the options: Inductor's config is per thread (in torch 2.13), and the options follow the compile to the
+    thread where a training step's backward compiles; the context itself covers only compiles on this thread.
+    Leaving it closes the store the class opened."""
     from torch._inductor import config
 
     choices = gemm_choices_class(untuned)
