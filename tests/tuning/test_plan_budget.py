@@ -38,3 +38,30 @@ def test_largest_first_and_shares_in_proportion_with_unused_time_passed_on() -> 
 def test_a_budget_must_be_positive() -> None:
     with pytest.raises(TunekitError, match="--budget must be a positive number of seconds, but got 0"):
         PlanBudget(_plan(), 0)
+
+
+def test_on_a_gpu_a_budget_times_with_the_default_method_over_shorter_windows(monkeypatch) -> None:
+    from tunekit.core import backend
+    from tunekit.tuning import bench
+
+    monkeypatch.setattr(backend, "INTERPRETED", False)
+    quick, default = bench.budget_timer(), bench.default_timer()
+    assert isinstance(quick, bench.CudaEventTimer) and isinstance(default, bench.CudaEventTimer)
+    assert quick.label == default.label and quick.host_check_ms == default.host_check_ms
+    assert quick.warmup_ms < default.warmup_ms and quick.rep_ms < default.rep_ms
+
+
+@pytest.mark.usefixtures("wide_terminal")
+def test_tune_with_a_budget_uses_the_budget_timer(toy, monkeypatch) -> None:
+    from helpers import cli
+
+    from tunekit.tuning import bench
+
+    class Labelled(bench.WallClockTimer):
+        label = "the budget's timer"
+
+    monkeypatch.setattr(bench, "budget_timer", Labelled)
+    budgeted = cli("tune", "-k", "toy", "-s", "8x32", "--trials", "2", "--budget", "30")
+    plain = cli("tune", "-k", "toy", "-s", "8x16", "--trials", "2")
+    assert budgeted.exit_code == 0 and plain.exit_code == 0, budgeted.output + plain.output
+    assert "(the budget's timer)" in budgeted.output and "the budget's timer" not in plain.output

@@ -55,7 +55,8 @@ BudgetOpt = Annotated[
     float | None,
     typer.Option(
         help="Seconds for the whole list: the largest problems first, each given a share of the time left in "
-        "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each."
+        "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each. Candidates are "
+        "timed over shorter windows (10 ms of warm-up and 25 ms of repetitions, not 25 and 100)."
     ),
 ]
 EarlyStopOpt = Annotated[
@@ -172,13 +173,13 @@ def _tune_here(
     from tunekit.core.device import fingerprint
     from tunekit.store.key import CacheKey
     from tunekit.store.store import Store
-    from tunekit.tuning.bench import default_timer
+    from tunekit.tuning.bench import budget_timer, default_timer
     from tunekit.tuning.phases import PhaseTimes
     from tunekit.tuning.plan_budget import PlanBudget
     from tunekit.tuning.shared_bench import SharedBench
 
     device = fingerprint()
-    timer = default_timer()
+    timer = budget_timer() if budget is not None else default_timer()
     terminal = console.is_terminal and not json_out
     results: list[TuneResult] = []
     if not json_out:

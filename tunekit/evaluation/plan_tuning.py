@@ -34,14 +34,16 @@ def tune_plan(
 ) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
     does here: one bench (one isolation worker on a GPU) for the whole plan, and with `budget_s` the plan's
-    wall-time budget (tunekit.tuning.plan_budget), with `early_stop` the model's stopping rule at that relative
-    timing noise (TuneOptions.early_stop), with `precompile_threads` each problem's first configs compiled ahead
-    on that many threads (tunekit.tuning.precompile). A problem whose tuning fails is counted and named; the
-    others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
+    wall-time budget (tunekit.tuning.plan_budget) and its timer (tunekit.tuning.bench.budget_timer), with
+    `early_stop` the model's stopping rule at that relative timing noise (TuneOptions.early_stop), with
+    `precompile_threads` each problem's first configs compiled ahead on that many threads
+    (tunekit.tuning.precompile). A problem whose tuning fails is counted and named; the others are still tuned.
+    The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
     from tunekit.store.store import Store
+    from tunekit.tuning.bench import budget_timer
     from tunekit.tuning.orchestrate import TuneOptions
     from tunekit.tuning.phases import PhaseTimes
     from tunekit.tuning.plan_budget import PlanBudget
@@ -50,7 +52,7 @@ def tune_plan(
     options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
     device = fingerprint()
     counts = TuneCounts()
-    benches = SharedBench()
+    benches = SharedBench(budget_timer() if budget_s is not None else None)
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
     planned = PlanBudget(work, budget_s) if budget_s is not None else None
     try:

@@ -89,6 +89,17 @@ def default_timer() -> Timer:
     return WallClockTimer() if backend.INTERPRETED else CudaEventTimer()
 
 
+# A plan tuned against a wall-time budget (`tune --plan --budget`) times each candidate over shorter windows: most of
+# a small problem's tuning time is the timer's fixed 25 ms of warm-up and 100 ms of repetitions per candidate (and
+# per torch timing). 25 ms of repetitions still takes hundreds of L2-flushed samples of a 10-100 us kernel.
+BUDGET_WARMUP_MS, BUDGET_REP_MS = 10.0, 25.0
+
+
+def budget_timer() -> Timer:
+    """The timer of a plan tuned under `--budget`: the default timer's method, over shorter windows."""
+    return WallClockTimer() if backend.INTERPRETED else CudaEventTimer(BUDGET_WARMUP_MS, BUDGET_REP_MS)
+
+
 def is_builtin_timer(timer: object) -> bool:
     """A real timer of this module (the tuner isolates these by default; custom/fake timers run in-process)."""
     return isinstance(timer, (CudaEventTimer, WallClockTimer))
