@@ -90,6 +90,7 @@ def main() -> None:
         models: dict[str, torch.nn.Module] = {"eager": base}
         compile_s: dict[str, float] = {}
         decisions: dict[str, dict[str, int]] = {}
+        untuned: dict[str, list[str]] = {}  # the GEMMs no entry served: what a pack or a tune would add
         for variant in variants:
             with compile_context(variant) as choices:
                 model = compiled(base, variant, choices)
@@ -99,7 +100,8 @@ def main() -> None:
                 torch.cuda.synchronize() if DEVICE == "cuda" else None
                 compile_s[variant] = round(time.perf_counter() - t0, 1)
             if choices is not None:
-                decisions[variant] = dict(Counter(d for _, d in choices.decisions))
+                decisions[variant] = dict(Counter(d for _, d, _ in choices.decisions))
+                untuned[variant] = [f"{op} {dict(p)}" for op, d, p in choices.decisions if d == "untuned"]
             model.zero_grad(set_to_none=True)
             models[variant] = model
             print(f"{step_name} {variant}: first call {compile_s[variant]} s {decisions.get(variant, '')}", flush=True)
@@ -128,6 +130,7 @@ def main() -> None:
                 "vs_eager": statistics.median(e / t for e, t in zip(times["eager"], times[variant])),
                 "compile_s": compile_s.get(variant),
                 "decisions": decisions.get(variant),
+                "untuned": untuned.get(variant),
                 "logits_max_diff": logits_diff.get(variant),
             }
             for variant in models

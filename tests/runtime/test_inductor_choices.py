@@ -161,7 +161,7 @@ def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, in
     params = tuned_offer[1].params.to_kwargs()
     assert params == {"ACC_TYPE": "fp32", **inductor_tile_of(tuned.config, 4000)}  # type: ignore[dict-item]
     assert [c.template.uid for c in torch_offer] == ["aten::mm"]
-    assert [d for _, d in choices_class.decisions] == ["untuned", "tuned", "torch"]
+    assert choices_class.decisions == [("mm", d, problem) for d in ("untuned", "tuned", "torch")]
     # compiles with and without it never share code: the class is in the compile's options (its cache key)
     assert choices_class.compile_options == {"max_autotune_gemm": True, "inductor_choices_class": choices_class}
     assert choices_class().uuid() == f"tunekit-gemm-choices-{untuned}"
@@ -190,7 +190,7 @@ def test_a_handler_made_before_the_options_narrows_on_another_thread(problem, in
     thread.join()
     choices_class.close()
     assert [c.template.uid for c in offers[0]] == ["aten::mm", "triton::mm"]
-    assert choices_class.decisions == [("mm", "tuned")]
+    assert choices_class.decisions == [("mm", "tuned", problem)]
     assert earlier._finalize_template_configs({}, inputs, TEMPLATES, "mm") is SEARCHED  # another compile's
 
 

@@ -131,7 +131,7 @@ def narrowed_templates(
     if problem is None or kernel_inputs.device_type != "cuda":
         return inductor_own()
     decision, tile = tunekit_templates(problem, choices_class.store())
-    choices_class.decisions.append((op_name, decision))
+    choices_class.decisions.append((op_name, decision, problem))
     if decision == "untuned" and choices_class.untuned == "inductor":
         return inductor_own()
     from torch._inductor.kernel_template_choice import KernelTemplateChoice
@@ -219,8 +219,8 @@ def gemm_choices_class(untuned: str = "aten") -> type[Any]:
 
         narrows_gemms: ClassVar[bool] = True
         untuned: ClassVar[str]  # what a GEMM without an entry of its own is offered
-        # (op, "tuned" / "torch" / "untuned"): what each GEMM was offered
-        decisions: ClassVar[list[tuple[str, str]]] = []
+        # (op, "tuned" / "torch" / "untuned", its problem): what each GEMM was offered
+        decisions: ClassVar[list[tuple[str, str, Problem]]] = []
         compile_options: ClassVar[dict[str, Any]] = {}
 
         @staticmethod
