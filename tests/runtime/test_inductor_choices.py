@@ -4,6 +4,7 @@ torch's GEMM, torch's GEMM alone, or Inductor's own search), and a split-K confi
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 from types import SimpleNamespace
@@ -99,6 +100,39 @@ def test_the_stored_decision_picks_the_templates(problem: dict) -> None:
         assert tunekit_templates(problem, store, H200) == ("torch", None)
 
 
+DECODE = (8, 4096, 4096)  # a decode GEMM: small M, large K, where split-K wins
+
+
+@pytest.fixture
+def decode_problem() -> dict:
+    found = gemm_problem_of("mm", *linear_mm(*DECODE))
+    assert found is not None
+    return found
+
+
+def split_k_entry(problem: dict, *unsplit_ms: float) -> Entry:
+    """An entry whose winner is split-K (Inductor's template has no such option), with trials measured without it."""
+    from tunekit.store.entry import TrialRecord
+
+    winner = {**entry(problem, 0.5, 0.6).config, "variant": "splitk", "SPLIT_K": 4}
+    unsplit = {**winner, "variant": "grouped", "SPLIT_K": 1}
+    trials = [TrialRecord(winner, "ok", 0.5)]
+    trials += [TrialRecord({**unsplit, "BLOCK_N": 32 * (i + 1)}, "ok", ms) for i, ms in enumerate(unsplit_ms)]
+    trials.append(TrialRecord({**unsplit, "BLOCK_N": 256}, "wrong", 0.1))  # fast, but wrong: never
+    return dataclasses.replace(entry(problem, 0.5, 0.6), config=winner, trials=tuple(trials))
+
+
+def test_a_split_k_winner_is_stood_in_for_by_the_fastest_tile_measured_without_it(decode_problem: dict) -> None:
+    with Store() as store:
+        store.put(split_k_entry(decode_problem))  # no trial without split-K
+        assert tunekit_templates(decode_problem, store, H200) == ("untuned", None)
+        found = split_k_entry(decode_problem, 0.7, 0.6, 0.9)
+        store.put(found)
+        decision, tile = tunekit_templates(decode_problem, store, H200)
+    assert decision == "proxy" and tile == inductor_tile_of(found.trials[2].config, DECODE[2])
+    assert tile is not None and tile["BLOCK_N"] == 64
+
+
 class FakeTemplate:
     def __init__(self, uid: str) -> None:
         self.uid = uid
@@ -165,6 +199,17 @@ def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, in
     # compiles with and without it never share code: the class is in the compile's options (its cache key)
     assert choices_class.compile_options == {"max_autotune_gemm": True, "inductor_choices_class": choices_class}
     assert choices_class().uuid() == f"tunekit-gemm-choices-{untuned}"
+
+
+@pytest.mark.parametrize("untuned", ["aten", "inductor"])
+def test_a_split_k_stand_in_joins_torchs_gemm_or_inductors_search(decode_problem, untuned, inductor) -> None:
+    inputs = cuda_gemm_inputs(*DECODE)
+    with inductor_choices.tuned_gemm_choices(untuned) as choices_class:
+        choices_class.store().put(split_k_entry(decode_problem, 0.7, 0.6))
+        offer = choices_class()._finalize_template_configs({}, inputs, TEMPLATES, "mm")
+    uids = [c if isinstance(c, str) else c.template.uid for c in offer]
+    assert uids == ([*SEARCHED, "triton::mm"] if untuned == "inductor" else ["aten::mm", "triton::mm"])
+    assert [d for _, d, _ in choices_class.decisions] == ["proxy"]
 
 
 def test_a_handler_made_before_the_options_narrows_on_another_thread(problem, inductor) -> None:

@@ -14,7 +14,8 @@ in compiles whose options name a tunekit choices class (`route_inductor_choices`
 not enough: a training step's backward GEMMs).
 
 Not a kernel of tunekit's: Inductor's own template runs, with a tile tuned for tunekit's kernel, a proxy for
-what suits the problem. Split-K configs have no counterpart in that template and are left to Inductor.
+what suits the problem. Split-K configs have no counterpart in that template: where one won, the fastest tile
+tunekit measured without split-K stands in ("proxy"), next to torch's GEMM, or inside Inductor's own search.
 """
 
 from __future__ import annotations
@@ -95,16 +96,24 @@ def inductor_tile_of(config: Config, k: int) -> dict[str, Any] | None:
 def tunekit_templates(
     problem: Problem, store: Store | None, device: DeviceFingerprint | None = None
 ) -> tuple[str, dict[str, Any] | None]:
-    """("tuned", tile) where the store's entry serves tunekit's kernel, ("torch", None) where it serves torch's
-    op (measured faster, or demoted), ("untuned", None) where the problem has no entry of its own."""
+    """("tuned", tile) where the store's entry serves tunekit's kernel at a tile Inductor's template can run;
+    ("proxy", tile) where it serves a split-K config (no such template option; small-M, large-K GEMMs often are), the
+    tile of the fastest trial measured without split-K; ("torch", None) where it serves torch's op (measured
+    faster, or demoted); ("untuned", None) where the problem has no entry of its own (or no such trial)."""
     spec = get_spec("gemm")
     found = resolve(spec, problem, device or fingerprint(), store)
     if found.entry is None or found.layer not in OWN_ENTRY_LAYERS:
         return "untuned", None
     if found.config is TORCH:
         return "torch", None
-    tile = inductor_tile_of(found.config, int(problem["k"]))
-    return ("tuned", tile) if tile is not None else ("untuned", None)
+    k = int(problem["k"])
+    tile = inductor_tile_of(found.config, k)
+    if tile is not None:
+        return "tuned", tile
+    unsplit = [t for t in found.entry.trials if t.status == "ok" and t.time_ms and inductor_tile_of(t.config, k)]
+    if not unsplit:
+        return "untuned", None
+    return "proxy", inductor_tile_of(min(unsplit, key=lambda t: float(t.time_ms or 0.0)).config, k)
 
 
 def narrowed_templates(
@@ -132,21 +141,22 @@ def narrowed_templates(
         return inductor_own()
     decision, tile = tunekit_templates(problem, choices_class.store())
     choices_class.decisions.append((op_name, decision, problem))
-    if decision == "untuned" and choices_class.untuned == "inductor":
+    search = choices_class.untuned == "inductor"
+    if decision == "untuned" and search:
         return inductor_own()
     from torch._inductor.kernel_template_choice import KernelTemplateChoice
     from torch._inductor.template_heuristics.params import DictKernelTemplateParams
 
-    chosen = []
+    torchs, tunekits = [], []
     for template in templates:
         if template.uid.startswith("aten::"):  # torch's GEMM: offered in every case
-            chosen.extend(handler.get_ktc(kernel_inputs, template, op_name))
+            torchs.extend(handler.get_ktc(kernel_inputs, template, op_name))
         elif template.uid == MM_TEMPLATE and tile is not None:
             base = next(iter(handler.get_ktc(kernel_inputs, template, op_name)), None)
             if base is None:
                 continue
             params = DictKernelTemplateParams({**base.params.to_kwargs(), **tile})
-            chosen.append(
+            tunekits.append(
                 KernelTemplateChoice(
                     template=base.template,
                     params=params,
@@ -155,7 +165,9 @@ def narrowed_templates(
                     inputs=base.inputs,
                 )
             )
-    return chosen or inductor_own()
+    if decision == "proxy" and search:  # a stand-in for a split-K winner: one more candidate of Inductor's search
+        return [*inductor_own(), *tunekits]
+    return [*torchs, *tunekits] or inductor_own()
 
 
 def _not_routed(handler: Any, *args: Any) -> Any:
@@ -219,7 +231,7 @@ def gemm_choices_class(untuned: str = "aten") -> type[Any]:
 
         narrows_gemms: ClassVar[bool] = True
         untuned: ClassVar[str]  # what a GEMM without an entry of its own is offered
-        # (op, "tuned" / "torch" / "untuned", its problem): what each GEMM was offered
+        # (op, "tuned" / "proxy" / "torch" / "untuned", its problem): what each GEMM was offered
         decisions: ClassVar[list[tuple[str, str, Problem]]] = []
         compile_options: ClassVar[dict[str, Any]] = {}
 
