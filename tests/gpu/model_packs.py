@@ -11,6 +11,8 @@ time cap continues in the next call on the same machine):
               union's entries as its tuning), what slows a step demoted; the plan's entries -> $OUT/packs/<pack>.json
     compare   the winners of this work directory's union against --against (another run's cache): same config, or
               the other run's winner within how much of this one's, as this run measured it
+    merge     (no GPU) each pack file of --from (a verify stage's $OUT/packs, another GPU's) into cache/packs/: its
+              devices' entries replace those devices' entries there, every other device's stay
     transfer  per --models: 2 decoder layers, in alternation: eager, tunekit out of the box (served by the packs),
               tunekit after the user's own tune_model (trials --trials, a fresh cache), torch.compile, Liger-Kernel
 
@@ -232,6 +234,21 @@ def compare(work: Path, against: Path) -> dict[str, Any]:
     return row
 
 
+def merge(source: Path, packs: Path = Path("cache/packs")) -> dict[str, Any]:
+    """Each pack of `source` into `packs`: the devices `source` holds replaced, the others' entries kept."""
+    from tunekit.store.database import read_document
+
+    rows = {}
+    for path in sorted(source.glob("*.json")):
+        new = read_document(path)
+        devices = {e.key.device_key for e in new}
+        target = packs / path.name
+        kept = [e for e in read_document(target) if e.key.device_key not in devices] if target.exists() else []
+        rows[path.stem] = {"kept": len(kept), "added": write_document(target, [*kept, *new]) - len(kept)}
+    print(f"merge: {rows}", flush=True)
+    return rows
+
+
 class Swapped:
     """A global patch (Liger-Kernel's) in place only while its own calls run."""
 
@@ -324,6 +341,7 @@ def main() -> None:
     parser.add_argument("--early-stop", default="0.03", help="the tune stage's --early-stop, or off")
     parser.add_argument("--cap", type=float, default=520.0, help="seconds allowed to the tune stage")
     parser.add_argument("--against", type=Path, default=None)
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="the merge stage's pack files")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tag", default="one")
     parser.add_argument("--shrink", type=int, default=1)
@@ -331,6 +349,9 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.phases_of:
         print(json.dumps(phases_of(opts.phases_of.read_text())))
+        return
+    if opts.stages == "merge":
+        merge(opts.source)
         return
     if opts.shrink > 1:
         shrink_widths(opts.shrink)
