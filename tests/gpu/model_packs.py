@@ -49,7 +49,7 @@ from tunekit.evaluation import model_packs
 from tunekit.evaluation.model_packs import PACK_MODELS, PACK_STEPS, build_pack_model, record_pack_plan
 from tunekit.fleet.plans import read_plan
 from tunekit.runtime.recorder import plan_line
-from tunekit.store.database import write_document
+from tunekit.store.database import read_document, write_document
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 from tunekit.tuning.phases import PhaseTimes
@@ -236,8 +236,6 @@ def compare(work: Path, against: Path) -> dict[str, Any]:
 
 def merge(source: Path, packs: Path = Path("cache/packs")) -> dict[str, Any]:
     """Each pack of `source` into `packs`: the devices `source` holds replaced, the others' entries kept."""
-    from tunekit.store.database import read_document
-
     rows = {}
     for path in sorted(source.glob("*.json")):
         new = read_document(path)

@@ -112,10 +112,8 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
         from tunekit.integrations.inductor_choices import gemm_choices_class
 
         options = dict(gemm_choices_class(untuned="inductor").compile_options)
-        if name.endswith("-ro"):
-            options["triton.cudagraphs"] = (
-                True  # what mode="reduce-overhead" sets (mode and options exclude each other)
-            )
+        if name.endswith("-ro"):  # what mode="reduce-overhead" sets (mode and options exclude each other)
+            options["triton.cudagraphs"] = True
         run = torch.compile(model, options=options)
     elif name.endswith("compile"):
         run = torch.compile(model)

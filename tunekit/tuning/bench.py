@@ -91,7 +91,7 @@ def default_timer() -> Timer:
 
 # A plan tuned against a wall-time budget (`tune --plan --budget`) times each candidate over shorter windows: most of
 # a small problem's tuning time is the timer's fixed 25 ms of warm-up and 100 ms of repetitions per candidate (and
-# per torch timing). 25 ms of repetitions still takes hundreds of L2-flushed samples of a 10-100 us kernel.
+# per torch timing). 25 ms of repetitions is still over a hundred L2-flushed samples of a 10-100 us kernel.
 BUDGET_WARMUP_MS, BUDGET_REP_MS = 10.0, 25.0
 
 
