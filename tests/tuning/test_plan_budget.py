@@ -1,5 +1,6 @@
 """`tune --budget`: a plan's problems largest first, each given a share of the time left in proportion to its
-expected work (its roofline floor), unused time passed on, and at least MIN_SHARE_S each."""
+expected work (its roofline floor), after keeping back what each problem still to come costs past its share (learned
+as the plan runs); unused time passed on; the smallest problems left untuned once the budget is spent."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.kernels.gemm import make_problem
-from tunekit.tuning.plan_budget import MIN_SHARE_S, PlanBudget, expected_work
+from tunekit.tuning.plan_budget import FIRST_OVERRUN_S, PlanBudget, expected_work
+from tunekit.tuning.tune_types import TuneOptions
 
 
 def _plan():
@@ -20,19 +22,61 @@ def _plan():
     ]
 
 
-def test_largest_first_and_shares_in_proportion_with_unused_time_passed_on() -> None:
+def _many(n: int):
+    gemm = get_spec("gemm")
+    return [(gemm, make_problem(64 * (i + 1), 4096, 4096, "bfloat16")) for i in range(n)]
+
+
+def test_largest_first_and_shares_in_proportion_after_keeping_back_each_problems_overrun() -> None:
     now = [0.0]
     budget = PlanBudget(_plan(), 60.0, clock=lambda: now[0])
     weights = [expected_work(s, p) for s, p in budget.order]
     assert weights == sorted(weights, reverse=True)
     assert budget.order[0][1]["m"] == 4096  # the 4096^3 GEMM: by far the most work
     first = budget.share(0)
-    assert first == pytest.approx(60.0 * weights[0] / sum(weights))
-    now[0] = first / 2  # it used half its share: the rest go to the others
+    assert first == pytest.approx((60.0 - 3 * FIRST_OVERRUN_S) * weights[0] / sum(weights))
+    now[0] = first / 2  # it used half its share (no overrun learned): the rest go to the others
+    budget.finished(0, first / 2)
+    assert budget.overrun() == FIRST_OVERRUN_S
     second = budget.share(1)
-    assert second == pytest.approx((60.0 - first / 2) * weights[1] / sum(weights[1:]))
-    now[0] = 61.0  # past the deadline: every problem is still measured at least once
-    assert budget.share(2) == MIN_SHARE_S
+    assert second == pytest.approx((60.0 - first / 2 - 2 * FIRST_OVERRUN_S) * weights[1] / sum(weights[1:]))
+
+
+def test_what_a_problem_costs_past_its_share_is_learned_and_kept_back_for_the_rest() -> None:
+    now = [0.0]
+    budget = PlanBudget(_many(5), 30.0, clock=lambda: now[0])
+    first = budget.share(0)
+    now[0] = first + 2.0  # its search used its share, and re-timing and torch's timing took 2 s more
+    budget.finished(0, first + 2.0)
+    assert budget.overrun() == pytest.approx(2.0)
+    weights = [expected_work(s, p) for s, p in budget.order]
+    left = 30.0 - now[0]
+    assert budget.share(1) == pytest.approx((left - 4 * 2.0) * weights[1] / sum(weights[1:]))
+
+
+def test_once_the_budget_is_spent_the_smallest_problems_stay_untuned() -> None:
+    now = [0.0]
+    budget = PlanBudget(_plan(), 10.0, clock=lambda: now[0])
+    runs = budget.runs(TuneOptions(trials=8))
+    spec, problem, options = next(runs)
+    assert (spec, problem) == budget.order[0] and 0 < options.timeout_s < 10.0 and options.trials == 8
+    now[0] = 10.0 - FIRST_OVERRUN_S / 2  # the first problem took nearly all of it
+    assert list(runs) == []
+    assert budget.unreached == budget.order[1:]
+
+
+def test_a_plan_ends_near_its_budget_when_every_problem_costs_more_than_its_share() -> None:
+    """A fake plan of 40 problems: each search runs to its share (or 3 s, all its trials), and costs 0.7 s more
+    (re-timing, torch's timing, the store). The old rule (at least 1 s each) took 40 x 1.7 s here."""
+    now = [0.0]
+    budget = PlanBudget(_many(40), 20.0, clock=lambda: now[0])
+    tuned = 0
+    for _, _, options in budget.runs(TuneOptions(trials=8)):
+        now[0] += min(options.timeout_s, 3.0) + 0.7
+        tuned += 1
+    assert now[0] <= 20.0 + 0.7  # past the budget by at most one problem's overrun
+    assert tuned + len(budget.unreached) == 40 and tuned >= 20
+    assert budget.unreached == budget.order[tuned:]  # the smallest ones
 
 
 def test_a_budget_must_be_positive() -> None:
@@ -65,3 +109,27 @@ def test_tune_with_a_budget_uses_the_budget_timer(toy, monkeypatch) -> None:
     plain = cli("tune", "-k", "toy", "-s", "8x16", "--trials", "2")
     assert budgeted.exit_code == 0 and plain.exit_code == 0, budgeted.output + plain.output
     assert "(the budget's timer)" in budgeted.output and "the budget's timer" not in plain.output
+
+
+@pytest.mark.usefixtures("wide_terminal")
+def test_tune_says_which_problems_a_spent_budget_left_untuned(toy, tmp_path) -> None:
+    import json
+
+    from helpers import cli
+
+    plan = tmp_path / "plan.jsonl"
+    lines = [{"kernel": "toy", "problem": {"rows": 8, "cols": c, "dtype": "float32"}} for c in (16, 32)]
+    plan.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    # 10 ms cannot pay for one problem (FIRST_OVERRUN_S): nothing is tuned, and both are named
+    result = cli("tune", "--plan", str(plan), "--trials", "2", "--budget", "0.01", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["results"] == [] and len(document["unreached"]) == 2
+    said = cli("tune", "--plan", str(plan), "--trials", "2", "--budget", "0.01")
+    assert "--budget 0.01 s spent before 2 problem(s)" in said.output and "torch serves them" in said.output
+    tuned = cli("tune", "--plan", str(plan), "--trials", "2", "--budget", "60", "--json")
+    assert (
+        tuned.exit_code == 0
+        and len(json.loads(tuned.stdout)["results"]) == 2
+        and not json.loads(tuned.stdout)["unreached"]
+    )

@@ -82,6 +82,20 @@ def test_time_budget_is_honoured(toy):
     assert len(timer.calls) == 5  # the fifth timing crosses 4.5 s; no sixth config is started
 
 
+def test_a_time_limit_already_spent_still_measures_one_config(toy):
+    """A plan's budget may leave a problem almost no time: it is still answered by one measured config."""
+    clock = [0.0]
+
+    def ticking() -> float:  # every reading of the clock takes 10 ms: the limit is spent before the first trial
+        clock[0] += 0.01
+        return clock[0]
+
+    timer = PlantedTimer()
+    report = tune(toy, PROBLEM, fingerprint(), TuneOptions(trials=100, timeout_s=1e-3), timer=timer, clock=ticking)
+    assert report.stop_reason == "time budget" and report.benchmarked == 1
+    assert report.entry is not None and report.entry.trials[0].status == "ok"
+
+
 def test_resumes_from_optuna_storage(toy, tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     device = fingerprint()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -175,7 +174,7 @@ def _tune_here(
     from tunekit.store.store import Store
     from tunekit.tuning.bench import budget_timer, default_timer
     from tunekit.tuning.phases import PhaseTimes
-    from tunekit.tuning.plan_budget import PlanBudget
+    from tunekit.tuning.plan_budget import PlanBudget, plan_runs
     from tunekit.tuning.shared_bench import SharedBench
 
     device = fingerprint()
@@ -193,10 +192,9 @@ def _tune_here(
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
     planned = PlanBudget(work_list, budget) if budget is not None else None
     with Store() as store, contextlib.closing(benches):
-        for index, (spec, problem) in enumerate(planned.order if planned is not None else work_list):
+        for spec, problem, these in plan_runs(work_list, options, planned):
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
             stored = len(previous.trials) if previous is not None else 0
-            these = dataclasses.replace(options, timeout_s=planned.share(index)) if planned is not None else options
             try:
                 with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
                     entry, report = benches.tune(spec, problem, device, these, store, on_trial=advance)
@@ -220,6 +218,7 @@ def _tune_here(
             for line in result.block() if terminal else [result.line()]:
                 say(line)
     phases = PhaseTimes.summed(r.report.phases for r in results)
+    unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in planned.unreached] if planned else []
     if json_out:
         document = {
             "device": {"label": device.label, "key": device.key, "interpreter": device.is_interpreter},
@@ -228,11 +227,17 @@ def _tune_here(
             "cache": str(store.directory),
             "results": [r.to_json() for r in results],
             "phases": phases.to_json(),  # seconds by phase over every problem (tunekit.tuning.phases)
+            "unreached": unreached,  # problems --budget did not pay for (not tuned: torch serves them)
         }
         print(json.dumps(document, indent=1))
         return
     skipped = sum(r.skipped for r in results)
     say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
+    if unreached:
+        say(
+            f"--budget {budget:g} s spent before {len(unreached)} problem(s), the smallest, were reached: not tuned "
+            "(torch serves them); a larger budget, or none, tunes them: " + "; ".join(unreached)
+        )
     say(f"time by phase: {phases.describe()}")
 
 

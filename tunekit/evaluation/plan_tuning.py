@@ -3,7 +3,7 @@ calls (`read_plan`, then `tune_and_store` per problem): what the model workflow 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunekit.core.errors import TunekitError
@@ -13,6 +13,7 @@ from tunekit.core.errors import TunekitError
 class TuneCounts:
     tuned: int = 0  # problems this run measured configs for
     skipped: int = 0  # problems the working cache already held to the trial budget
+    unreached: list[str] = field(default_factory=list)  # problems the wall-time budget did not pay for (untuned)
     failed: list[str] = field(default_factory=list)  # "kernel problem: why", for problems whose tuning raised
     # Where each problem's seconds went ("kernel problem" -> tunekit.tuning.phases' phases), failed ones included.
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -46,7 +47,7 @@ def tune_plan(
     from tunekit.tuning.bench import budget_timer
     from tunekit.tuning.orchestrate import TuneOptions
     from tunekit.tuning.phases import PhaseTimes
-    from tunekit.tuning.plan_budget import PlanBudget
+    from tunekit.tuning.plan_budget import PlanBudget, plan_runs
     from tunekit.tuning.shared_bench import SharedBench
 
     options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
@@ -57,8 +58,7 @@ def tune_plan(
     planned = PlanBudget(work, budget_s) if budget_s is not None else None
     try:
         with Store(cache_dir) as store:
-            for index, (spec, problem) in enumerate(planned.order if planned is not None else work):
-                these = replace(options, timeout_s=planned.share(index)) if planned is not None else options
+            for spec, problem, these in plan_runs(work, options, planned):
                 name, phases = f"{spec.name} {spec.describe_problem(problem)}", PhaseTimes()
                 try:
                     _, report = benches.tune(spec, problem, device, these, store, phases=phases)
@@ -73,4 +73,6 @@ def tune_plan(
                     counts.tuned += 1
     finally:
         benches.close()
+    if planned is not None:
+        counts.unreached = [f"{spec.name} {spec.describe_problem(problem)}" for spec, problem in planned.unreached]
     return counts

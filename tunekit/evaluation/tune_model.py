@@ -70,6 +70,7 @@ class ModelTuneReport:
     tuned: int = 0
     changed: int = 0  # problems served another config after tuning
     failed: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)  # problems the tuning budget did not pay for (untuned)
     steps: list[StepSpeed] = field(default_factory=list)
     demoted: list[Demotion] = field(default_factory=list)
     record_s: float = 0.0
@@ -77,18 +78,17 @@ class ModelTuneReport:
     verify_s: float = 0.0
 
     def table(self) -> str:
+        unreached = f", {len(self.unreached)} not reached in the budget" if self.unreached else ""
         lines = [
             f"{self.problems} problems recorded, {self.tuned} tuned, {self.changed} served differently after tuning, "
-            f"{len(self.demoted)} demoted; record {self.record_s:.1f} s, tune {self.tune_s:.1f} s, "
+            f"{len(self.demoted)} demoted{unreached}; record {self.record_s:.1f} s, tune {self.tune_s:.1f} s, "
             f"verify {self.verify_s:.1f} s",
             f"{'step':<12} {'eager ms':>9} {'before ms':>10} {'after ms':>9} {'vs eager':>9} {'vs before':>10}",
         ]
         for s in self.steps:
             eager = f"{s.eager_ms:9.3f}" if s.eager_ms is not None else f"{'-':>9}"
             vs_eager = f"{s.vs_eager:8.3f}x" if s.vs_eager is not None else f"{'-':>9}"
-            lines.append(
-                f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x"
-            )
+            lines.append(f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x")
         lines += [f"demoted {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster without it" for d in self.demoted]
         return "\n".join(lines)
 
@@ -168,7 +168,7 @@ def _tune(plan: Path, trials: int, report: ModelTuneReport, budget_s: float | No
     from tunekit.evaluation.plan_tuning import tune_plan  # optuna: only when tuning
 
     counts = tune_plan(plan, None, trials, budget_s)
-    report.tuned, report.failed = counts.tuned, list(counts.failed)
+    report.tuned, report.failed, report.unreached = counts.tuned, list(counts.failed), list(counts.unreached)
 
 
 def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:

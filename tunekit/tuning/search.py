@@ -84,7 +84,9 @@ class Search:
     def stop_reason(self, clock: Callable[[], float], start: float) -> str | None:
         if self.report.benchmarked >= self.budget:
             return "trial budget"
-        if self.options.timeout_s is not None and clock() - start >= self.options.timeout_s:
+        # A time limit ends a search only once it has a config to answer with (measured now or stored before).
+        timed_out = self.options.timeout_s is not None and clock() - start >= self.options.timeout_s
+        if timed_out and (self.report.benchmarked > 0 or self.seen.ok()):
             return "time budget"
         if sum(1 for c in self.valid if c in self.seen) >= len(self.valid):
             return "space exhausted"
