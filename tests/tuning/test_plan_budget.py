@@ -1,6 +1,7 @@
-"""`tune --budget`: a plan's problems largest first, each given a share of the time left in proportion to its
-expected work (its roofline floor), after keeping back what each problem still to come costs past its share (learned
-as the plan runs); unused time passed on; the smallest problems left untuned once the budget is spent."""
+"""`tune --budget`: a plan's problems largest first, in two passes: every problem's first configs (the cover), then
+the time left spent searching further in proportion to expected work (its roofline floor), after keeping back
+what each visit costs past its share (learned as the plan runs); once the budget is spent, the smallest problems
+stay untuned and are named."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.kernels.gemm import make_problem
-from tunekit.tuning.plan_budget import FIRST_OVERRUN_S, PlanBudget, expected_work
+from tunekit.tuning.plan_budget import COVER_TRIALS, FIRST_COST_S, PlanBudget, expected_work
 from tunekit.tuning.tune_types import TuneOptions
 
 
@@ -27,56 +28,63 @@ def _many(n: int):
     return [(gemm, make_problem(64 * (i + 1), 4096, 4096, "bfloat16")) for i in range(n)]
 
 
-def test_largest_first_and_shares_in_proportion_after_keeping_back_each_problems_overrun() -> None:
+def test_every_problem_is_covered_largest_first_then_searched_further_in_proportion() -> None:
     now = [0.0]
     budget = PlanBudget(_plan(), 60.0, clock=lambda: now[0])
     weights = [expected_work(s, p) for s, p in budget.order]
     assert weights == sorted(weights, reverse=True)
     assert budget.order[0][1]["m"] == 4096  # the 4096^3 GEMM: by far the most work
-    first = budget.share(0)
-    assert first == pytest.approx((60.0 - 3 * FIRST_OVERRUN_S) * weights[0] / sum(weights))
-    now[0] = first / 2  # it used half its share (no overrun learned): the rest go to the others
-    budget.finished(0, first / 2)
-    assert budget.overrun() == FIRST_OVERRUN_S
-    second = budget.share(1)
-    assert second == pytest.approx((60.0 - first / 2 - 2 * FIRST_OVERRUN_S) * weights[1] / sum(weights[1:]))
-
-
-def test_what_a_problem_costs_past_its_share_is_learned_and_kept_back_for_the_rest() -> None:
-    now = [0.0]
-    budget = PlanBudget(_many(5), 30.0, clock=lambda: now[0])
-    first = budget.share(0)
-    now[0] = first + 2.0  # its search used its share, and re-timing and torch's timing took 2 s more
-    budget.finished(0, first + 2.0)
-    assert budget.overrun() == pytest.approx(2.0)
-    weights = [expected_work(s, p) for s, p in budget.order]
-    left = 30.0 - now[0]
-    assert budget.share(1) == pytest.approx((left - 4 * 2.0) * weights[1] / sum(weights[1:]))
+    runs = budget.runs(TuneOptions(trials=8))
+    covers = []
+    for _ in budget.order:
+        covers.append(next(runs))
+        now[0] += 1.0  # each cover takes 1 s (the time from its yield to the next)
+    assert [(s, p) for s, p, _ in covers] == budget.order
+    assert all(o.trials == COVER_TRIALS and o.timeout_s is None and o.precompile_threads >= 1 for _, _, o in covers)
+    spec, problem, first = next(runs)
+    assert (spec, problem) == budget.order[0] and first.trials == 8
+    assert budget.cover_cost() == pytest.approx(1.0) and budget.overrun() == pytest.approx(1.0)
+    assert first.timeout_s == pytest.approx(57.0 * weights[0] / sum(weights) - 1.0)
+    now[0] += first.timeout_s + 2.0  # it used its share and 2 s more: learned as the next visits' overrun
+    left = 60.0 - now[0]
+    spec, problem, second = next(runs)
+    assert budget.overrun() == pytest.approx(2.0) and (spec, problem) == budget.order[1]
+    assert second.timeout_s == pytest.approx(left * weights[1] / sum(weights[1:]) - 2.0)
+    now[0] = 60.0 - 1.0  # the last problem's part of the second left is under the overrun: no visit
+    assert list(runs) == [] and budget.unreached == []
 
 
 def test_once_the_budget_is_spent_the_smallest_problems_stay_untuned() -> None:
     now = [0.0]
     budget = PlanBudget(_plan(), 10.0, clock=lambda: now[0])
     runs = budget.runs(TuneOptions(trials=8))
-    spec, problem, options = next(runs)
-    assert (spec, problem) == budget.order[0] and 0 < options.timeout_s < 10.0 and options.trials == 8
-    now[0] = 10.0 - FIRST_OVERRUN_S / 2  # the first problem took nearly all of it
+    assert next(runs)[:2] == budget.order[0]
+    now[0] = 10.0 - FIRST_COST_S / 2  # the first cover took nearly all of it
     assert list(runs) == []
     assert budget.unreached == budget.order[1:]
 
 
-def test_a_plan_ends_near_its_budget_when_every_problem_costs_more_than_its_share() -> None:
-    """A fake plan of 40 problems: each search runs to its share (or 3 s, all its trials), and costs 0.7 s more
-    (re-timing, torch's timing, the store). The old rule (at least 1 s each) took 40 x 1.7 s here."""
+@pytest.mark.parametrize("seconds", [20.0, 60.0])
+def test_a_plan_ends_near_its_budget(seconds: float) -> None:
+    """A fake plan of 40 problems: a cover costs 0.8 s; a deeper search runs to its share (or 3 s, all its trials)
+    and costs 0.7 s more (re-timing, torch's timing, the store). The first rule (at least 1 s each, shares by
+    expected work from the start) took 40 x 1.7 s here, and left the smallest problems to torch."""
     now = [0.0]
-    budget = PlanBudget(_many(40), 20.0, clock=lambda: now[0])
-    tuned = 0
-    for _, _, options in budget.runs(TuneOptions(trials=8)):
-        now[0] += min(options.timeout_s, 3.0) + 0.7
-        tuned += 1
-    assert now[0] <= 20.0 + 0.7  # past the budget by at most one problem's overrun
-    assert tuned + len(budget.unreached) == 40 and tuned >= 20
-    assert budget.unreached == budget.order[tuned:]  # the smallest ones
+    budget = PlanBudget(_many(40), seconds, clock=lambda: now[0])
+    visits: list[int] = []
+    for spec, problem, options in budget.runs(TuneOptions(trials=8)):
+        deeper = options.timeout_s is not None
+        now[0] += min(options.timeout_s, 3.0) + 0.7 if deeper else 0.8
+        visits.append(budget.order.index((spec, problem)))
+    assert now[0] <= seconds + 0.7  # past the budget by at most one visit's overrun
+    covered = [i for n, i in enumerate(visits) if i not in visits[:n]]
+    assert covered == list(range(len(covered)))  # covers largest first
+    assert budget.unreached == budget.order[len(covered) :]  # the smallest ones, if any
+    if seconds >= 40 * 0.8 + 1:
+        assert not budget.unreached and len(visits) > 40  # all covered, then the largest searched further
+        assert visits[40] == 0
+    else:
+        assert len(covered) >= 20 and budget.unreached
 
 
 def test_a_budget_must_be_positive() -> None:

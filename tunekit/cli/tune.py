@@ -180,7 +180,8 @@ def _tune_here(
     device = fingerprint()
     timer = budget_timer() if budget is not None else default_timer()
     terminal = console.is_terminal and not json_out
-    results: list[TuneResult] = []
+    visits: list[TuneResult] = []
+    results: dict[CacheKey, TuneResult] = {}  # each problem's last visit
     if not json_out:
         kernels = ", ".join(dict.fromkeys(spec.name for spec, _ in work_list))
         n = len(work_list)
@@ -199,7 +200,7 @@ def _tune_here(
                 with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
                     entry, report = benches.tune(spec, problem, device, these, store, on_trial=advance)
             except KeyboardInterrupt:
-                done = sum(not r.skipped for r in results)
+                done = sum(not r.skipped for r in results.values())
                 err_console.print(
                     f"interrupted: {done} of {len(work_list)} problems tuned and stored; "
                     f"{spec.name} {problem_text(spec, problem)} kept the trials it measured (stored after each). "
@@ -212,12 +213,13 @@ def _tune_here(
             heuristic = dict(spec.heuristic(problem, device))
             h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
             result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
-            results.append(result)
+            visits.append(result)
+            results[entry.key] = result  # a budget's second visit of a problem (tunekit.tuning.plan_budget) replaces
             if json_out:
                 continue
             for line in result.block() if terminal else [result.line()]:
                 say(line)
-    phases = PhaseTimes.summed(r.report.phases for r in results)
+    phases = PhaseTimes.summed(r.report.phases for r in visits)
     unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in planned.unreached] if planned else []
     if json_out:
         document = {
@@ -225,13 +227,13 @@ def _tune_here(
             "timer": timer.label,
             "note": INTERPRETER_NOTE if device.is_interpreter else None,
             "cache": str(store.directory),
-            "results": [r.to_json() for r in results],
+            "results": [r.to_json() for r in results.values()],
             "phases": phases.to_json(),  # seconds by phase over every problem (tunekit.tuning.phases)
             "unreached": unreached,  # problems --budget did not pay for (not tuned: torch serves them)
         }
         print(json.dumps(document, indent=1))
         return
-    skipped = sum(r.skipped for r in results)
+    skipped = sum(r.skipped for r in results.values())
     say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
     if unreached:
         say(

@@ -58,6 +58,7 @@ def tune_plan(
     planned = PlanBudget(work, budget_s) if budget_s is not None else None
     try:
         with Store(cache_dir) as store:
+            tuned: dict[str, bool] = {}  # by problem, whether its last visit measured (a budget visits some twice)
             for spec, problem, these in plan_runs(work, options, planned):
                 name, phases = f"{spec.name} {spec.describe_problem(problem)}", PhaseTimes()
                 try:
@@ -66,11 +67,10 @@ def tune_plan(
                     counts.failed.append(f"{name}: {exc}")
                     continue
                 finally:
-                    counts.phases[name] = phases.to_json()
-                if report.skipped:
-                    counts.skipped += 1
-                else:
-                    counts.tuned += 1
+                    counts.phases[name] = PhaseTimes.summed([counts.phases.get(name, {}), phases.to_json()]).to_json()
+                tuned[name] = tuned.get(name, False) or not report.skipped
+            counts.tuned = sum(tuned.values())
+            counts.skipped = len(tuned) - counts.tuned
     finally:
         benches.close()
     if planned is not None:

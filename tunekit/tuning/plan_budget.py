@@ -1,18 +1,23 @@
-"""A wall-time budget for a whole plan (`tunekit tune --plan FILE --budget 60`): the problems that can gain the most
-go first, and each gets a share of the time left in proportion to its expected work.
+"""A wall-time budget for a whole plan (`tunekit tune --plan FILE --budget 60`), in two passes.
+
+1. Cover: every problem, largest first, gets its first COVER_TRIALS configs measured (the model's picks, with
+   torch's op timed as always), so no problem of the plan is left to torch because larger ones spent the time: in
+   a model step of 8 tokens the small GEMMs are the whole step, and tuning them is most of what a decode step gains.
+2. Deepen: the time left goes to searching further, in proportion to each problem's expected work, largest first
+   (a problem's stored trials count against its trial budget, so its search continues where the cover stopped).
 
 A problem's expected work is its roofline floor, the larger of its FLOPs and its minimum bytes over a nominal
-device (the kernel declaration's `flops` and `bytes_moved`): a model step's time, and so what tuning can gain in it,
-is mostly its largest problems'. A share bounds a problem's search (the tuner stops between trials, and measures at
-least one config); what a problem costs past its share (the trial in flight, re-timing its best, torch's timing,
-the store) is learned as the plan runs and kept back for every problem still to come, so the plan ends near its
-budget. Time a problem leaves unused goes to the ones after it. When the time left cannot pay for one more problem,
-the rest are not tuned: dispatch serves them torch's op, as it does any untuned problem.
+device (the kernel declaration's `flops` and `bytes_moved`): a share bounds a search (the tuner stops between
+trials, and measures at least one config). What a visit costs past its share (the trial in flight, re-timing the
+best, torch's timing, the store) is learned as the plan runs and kept back for every problem still to come, so the
+plan ends near its budget. When the time left cannot pay for one more cover, the rest stay untuned (`unreached`):
+dispatch serves them torch's op, as it does any untuned problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,11 +27,10 @@ from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
 from tunekit.tuning.tune_types import TuneOptions
 
-# What a problem costs past its share before any has finished here: about one config's compile, its timing, torch's
-# and the store on an H100 or H200 (the eleventh session's phases, tests/gpu/plan_tune_phases.py).
-FIRST_OVERRUN_S = 0.5
-# The least share given: a time limit must be positive, and the search measures one config whatever its limit.
-_LEAST_SHARE_S = 1e-3
+COVER_TRIALS = 2
+# What a cover costs before any has finished here: about two configs' compile and timing, torch's timing and the
+# store on an H200 from an empty Triton cache (tests/gpu/budget_vs_trials.py, RESULTS.md).
+FIRST_COST_S = 1.0
 # Relative weights only: a nominal device (about an H100's dense bf16 rate and memory bandwidth) and its launch floor.
 _FLOPS_PER_S = 8e14
 _BYTES_PER_S = 3e12
@@ -39,7 +43,7 @@ def expected_work(spec: KernelSpec, problem: Problem) -> float:
 
 
 class PlanBudget:
-    """Orders a plan's problems by expected work and gives each a share of the time left."""
+    """Orders a plan's problems by expected work and spends the budget on them in two passes (module doc)."""
 
     def __init__(
         self,
@@ -54,50 +58,64 @@ class PlanBudget:
         self._weights = [w for w, _, _ in weighted]
         self._clock = clock
         self._deadline = clock() + seconds
-        self._given: dict[int, float] = {}
-        self._overruns: list[float] = []  # seconds past its share, of each problem that used all of it
+        self._covers: list[float] = []  # seconds each cover took
+        self._overruns: list[float] = []  # seconds past its share, of each deepening visit that used all of it
         self.unreached: list[tuple[KernelSpec, Problem]] = []  # the problems the budget did not pay for
 
+    def left(self) -> float:
+        return self._deadline - self._clock()
+
+    def cover_cost(self) -> float:
+        """What covering one more problem is expected to cost."""
+        return statistics.median(self._covers) if self._covers else FIRST_COST_S
+
     def overrun(self) -> float:
-        """What a problem is expected to cost past its share (its search's time limit)."""
-        return statistics.median(self._overruns) if self._overruns else FIRST_OVERRUN_S
+        """What a deepening visit is expected to cost past its share (its search's time limit)."""
+        return statistics.median(self._overruns) if self._overruns else self.cover_cost()
 
     def share(self, index: int) -> float | None:
-        """Seconds for the search of the problem at `index` of `order`, asked when it starts; None when the time
-        left cannot pay for it: the plan's budget is spent, and this problem and the rest stay untuned."""
-        left = self._deadline - self._clock()
-        overrun = self.overrun()
-        if left < overrun:
-            return None
-        to_come = len(self.order) - index  # this problem included: each still costs its overrun
-        spendable = max(0.0, left - overrun * to_come)
-        given = max(_LEAST_SHARE_S, spendable * self._weights[index] / sum(self._weights[index:]))
-        self._given[index] = given
-        return given
-
-    def finished(self, index: int, elapsed_s: float) -> None:
-        """The problem at `index` took `elapsed_s` in all: what it cost past a share it used up is learned."""
-        given = self._given.get(index)
-        if given is not None and elapsed_s >= given:
-            self._overruns.append(elapsed_s - given)
+        """Seconds for deepening the search of the problem at `index` of `order`, asked when it starts: its part of
+        the time left in proportion to expected work, less the visit's own overrun; None when nothing is left of it
+        (the visit would cost more than its part; the part passes on to the problems after it)."""
+        part = self.left() * self._weights[index] / sum(self._weights[index:])
+        given = part - self.overrun()
+        return given if given > 0 else None
 
     def runs(self, options: TuneOptions) -> Iterator[tuple[KernelSpec, Problem, TuneOptions]]:
-        """Each problem in order with `options` limited to its share, until the budget is spent (the rest are then
-        `unreached`). The time from one problem's yield to the next is that problem's cost."""
+        """Each visit in order, with `options` limited for it: the covers, then the deepening visits. The time from
+        one yield to the next is that visit's cost."""
+        # Compiled ahead on the host's cores (tunekit.tuning.precompile): a search of a few configs waits on their
+        # compiles more than on their timings.
+        options = dataclasses.replace(options, precompile_threads=options.precompile_threads or _host_threads())
+        cover = dataclasses.replace(options, trials=min(options.trials, COVER_TRIALS))
         for index, (spec, problem) in enumerate(self.order):
-            share = self.share(index)
-            if share is None:
+            if self.left() < self.cover_cost():
                 self.unreached = self.order[index:]
                 return
             started = self._clock()
+            yield spec, problem, cover
+            self._covers.append(self._clock() - started)
+        if options.trials <= COVER_TRIALS:
+            return
+        for index, (spec, problem) in enumerate(self.order):
+            share = self.share(index)
+            if share is None:
+                continue
+            started = self._clock()
             yield spec, problem, dataclasses.replace(options, timeout_s=share)
-            self.finished(index, self._clock() - started)
+            elapsed = self._clock() - started
+            if elapsed >= share:
+                self._overruns.append(elapsed - share)
+
+
+def _host_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def plan_runs(
     work: Sequence[tuple[KernelSpec, Problem]], options: TuneOptions, budget: PlanBudget | None
 ) -> Iterator[tuple[KernelSpec, Problem, TuneOptions]]:
-    """A plan's problems as a tuning loop takes them: under `budget`'s order and shares, else as listed."""
+    """A plan's problems as a tuning loop takes them: under `budget`'s passes, else as listed."""
     if budget is not None:
         return budget.runs(options)
     return ((spec, problem, options) for spec, problem in work)
