@@ -102,6 +102,8 @@ def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
 
     report = tune_model(model, {"prefill": infer}, timer=steady_timer, tune=_plant({}), rounds=2, reps=1)
     assert report.changed >= 2 and report.demoted == []
+    # each step's problems as plan lines (a budget weighs them per step): here every problem, all of them the step's
+    assert len(report.step_problems["prefill"]) == report.problems > 0
     (step,) = report.steps
     assert step.vs_before == pytest.approx(1.0) and step.vs_eager == pytest.approx(1.0)
 

@@ -32,6 +32,8 @@ from model_transfer import held_out, steps
 from tunekit.evaluation.model_workflow import serving_from
 from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
 from tunekit.integrations.patching import patch
+from tunekit.store.entry import TORCH_MS
+from tunekit.store.store import Store
 
 
 def main() -> None:
@@ -62,6 +64,12 @@ def main() -> None:
         )
         print(report.table(), flush=True)
 
+    for name, cache in caches.items():  # per problem: configs measured, the best's ms, torch's ms
+        with Store(cache) as store:
+            record[name]["entries"] = {
+                f"{e.key.kernel} {dict(e.key.problem)}": [len(e.trials), e.time_ms, e.provenance.get(TORCH_MS)]
+                for e in store.entries()
+            }
     timer = default_timer(base)
     speeds: dict = {}
     for step_name, step in step_fns.items():

@@ -141,3 +141,25 @@ def test_tune_says_which_problems_a_spent_budget_left_untuned(toy, tmp_path) -> 
         and len(json.loads(tuned.stdout)["results"]) == 2
         and not json.loads(tuned.stdout)["unreached"]
     )
+
+
+def test_with_steps_known_each_step_weighs_the_same() -> None:
+    """A prefill step of large GEMMs and a decode step of 8-token GEMMs: by expected work alone the decode GEMMs
+    weigh almost nothing; per step, each step's problems share the same total weight."""
+    from tunekit.runtime.recorder import plan_line
+    from tunekit.tuning.plan_budget import step_weights
+
+    gemm = get_spec("gemm")
+    prefill = [(gemm, make_problem(4096, n, 4096, "bfloat16", b_layout="col")) for n in (4096, 14336)]
+    decode = [(gemm, make_problem(8, n, 4096, "bfloat16", b_layout="col")) for n in (4096, 14336)]
+    work = prefill + decode
+    steps = [{plan_line("gemm", p) for _, p in prefill}, {plan_line("gemm", p) for _, p in decode}]
+    alone = step_weights(work)
+    by_step = step_weights(work, steps)
+    assert sum(alone[2:]) < 0.1 * sum(alone[:2])
+    assert sum(by_step[:2]) == pytest.approx(1.0) and sum(by_step[2:]) == pytest.approx(1.0)
+    assert by_step[3] > by_step[0]  # the larger decode GEMM now outweighs the smaller prefill one
+    order = PlanBudget(work, 60.0, steps=steps).order
+    assert order.index(decode[1]) < order.index(prefill[0])
+    # a problem of no step: weighed in a step of its own kind (here: the whole plan of such problems)
+    assert step_weights(work, steps[:1])[2:] == pytest.approx([w / sum(alone[2:]) for w in alone[2:]])

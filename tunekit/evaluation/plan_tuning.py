@@ -3,6 +3,7 @@ calls (`read_plan`, then `tune_and_store` per problem): what the model workflow 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,14 +33,15 @@ def tune_plan(
     budget_s: float | None = None,
     early_stop: float | None = None,
     precompile_threads: int = 0,
+    steps: Sequence[Collection[str]] = (),
 ) -> TuneCounts:
     """Tune every problem of `plan` into the store at `cache_dir` (None: the working cache), as `tunekit tune --plan`
     does here: one bench (one isolation worker on a GPU) for the whole plan, and with `budget_s` the plan's
-    wall-time budget (tunekit.tuning.plan_budget) and its timer (tunekit.tuning.bench.budget_timer), with
-    `early_stop` the model's stopping rule at that relative timing noise (TuneOptions.early_stop), with
-    `precompile_threads` each problem's first configs compiled ahead on that many threads
-    (tunekit.tuning.precompile). A problem whose tuning fails is counted and named; the others are still tuned.
-    The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
+    wall-time budget (tunekit.tuning.plan_budget) and its timer (tunekit.tuning.bench.budget_timer), with `early_stop`
+    the model's stopping rule at that relative timing noise (TuneOptions.early_stop), with `precompile_threads`
+    each problem's first configs compiled ahead on that many threads (tunekit.tuning.precompile), with `steps`
+    (each step's plan lines) the budget's weights per step. A problem whose tuning fails is counted and named;
+    the others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
@@ -55,7 +57,7 @@ def tune_plan(
     counts = TuneCounts()
     benches = SharedBench(budget_timer() if budget_s is not None else None)
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
-    planned = PlanBudget(work, budget_s) if budget_s is not None else None
+    planned = PlanBudget(work, budget_s, steps=steps) if budget_s is not None else None
     try:
         with Store(cache_dir) as store:
             tuned: dict[str, bool] = {}  # by problem, whether its last visit measured (a budget visits some twice)

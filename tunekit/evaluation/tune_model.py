@@ -33,7 +33,7 @@ from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
 from tunekit.integrations.patching import patch
 from tunekit.runtime.dispatch import reset_all, resolve, served_configs, serving
-from tunekit.runtime.recorder import record_problems
+from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import demoted
 from tunekit.store.key import CacheKey
@@ -71,6 +71,7 @@ class ModelTuneReport:
     changed: int = 0  # problems served another config after tuning
     failed: list[str] = field(default_factory=list)
     unreached: list[str] = field(default_factory=list)  # problems the tuning budget did not pay for (untuned)
+    step_problems: dict[str, list[str]] = field(default_factory=dict)  # plan lines of the problems each step met
     steps: list[StepSpeed] = field(default_factory=list)
     demoted: list[Demotion] = field(default_factory=list)
     record_s: float = 0.0
@@ -167,7 +168,7 @@ def _changed(before: Served, after: Served) -> list[Problem]:
 def _tune(plan: Path, trials: int, report: ModelTuneReport, budget_s: float | None = None) -> None:
     from tunekit.evaluation.plan_tuning import tune_plan  # optuna: only when tuning
 
-    counts = tune_plan(plan, None, trials, budget_s)
+    counts = tune_plan(plan, None, trials, budget_s, steps=list(report.step_problems.values()))
     report.tuned, report.failed, report.unreached = counts.tuned, list(counts.failed), list(counts.unreached)
 
 
@@ -297,8 +298,10 @@ def tune_model(
         plan_path = Path(plan) if plan is not None else Path(tmp) / "plan.jsonl"
         # buckets=False: the steps' own problems, not token-bucket edges: the steps are what is timed and verified
         with record_problems(plan_path, buckets=False) as recorder:
-            for step in steps.values():
-                _call_of(model, step)()
+            for name, step in steps.items():
+                with record_problems(None, buckets=False) as step_recorder:  # (nested: each records what it meets)
+                    _call_of(model, step)()
+                report.step_problems[name] = [plan_line(kernel, problem) for kernel, problem in step_recorder.problems]
         before = served_configs()
         report.problems = len(recorder.problems)
         report.record_s = time.perf_counter() - clock

@@ -1,13 +1,16 @@
 """A wall-time budget for a whole plan (`tunekit tune --plan FILE --budget 60`), in two passes.
 
-1. Cover: every problem, largest first, gets its first COVER_TRIALS configs measured (the model's picks, with
+1. Cover: every problem, heaviest first, gets its first COVER_TRIALS configs measured (the model's picks, with
    torch's op timed as always), so no problem of the plan is left to torch because larger ones spent the time: in
    a model step of 8 tokens the small GEMMs are the whole step, and tuning them is most of what a decode step gains.
-2. Deepen: the time left goes to searching further, in proportion to each problem's expected work, largest first
+2. Deepen: the time left goes to searching further, in proportion to each problem's weight (below), heaviest first
    (a problem's stored trials count against its trial budget, so its search continues where the cover stopped).
 
-A problem's expected work is its roofline floor, the larger of its FLOPs and its minimum bytes over a nominal
-device (the kernel declaration's `flops` and `bytes_moved`): a share bounds a search (the tuner stops between
+A problem's expected work is its roofline floor, the larger of its FLOPs and its minimum bytes over a nominal device
+(the kernel declaration's `flops` and `bytes_moved`). Where the plan's steps are known (tunekit.tune_model records
+each step's problems), a problem weighs its expected work over its step's: every step counts the same, as a step's
+speed is what a user measures, and an 8-token decode step's GEMMs weigh as much as a prefill step's. Without steps
+(`tune --plan`), the expected work itself: the plan is one step. A share bounds a search (the tuner stops between
 trials, and measures at least one config). What a visit costs past its share (the trial in flight, re-timing the
 best, torch's timing, the store) is learned as the plan runs and kept back for every problem still to come, so the
 plan ends near its budget. When the time left cannot pay for one more cover, the rest stay untuned (`unreached`):
@@ -20,7 +23,7 @@ import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Problem
@@ -42,6 +45,19 @@ def expected_work(spec: KernelSpec, problem: Problem) -> float:
     return max(spec.flops(problem) / _FLOPS_PER_S, spec.bytes_moved(problem) / _BYTES_PER_S) + _LAUNCH_S
 
 
+def step_weights(work: Sequence[tuple[KernelSpec, Problem]], steps: Sequence[Collection[str]] = ()) -> list[float]:
+    """Each problem's expected work over its step's (the largest such share where several steps meet it; a problem
+    of no step counts in a step of every such problem)."""
+    from tunekit.runtime.recorder import plan_line
+
+    lines = [plan_line(spec.name, problem) for spec, problem in work]
+    works = [expected_work(spec, problem) for spec, problem in work]
+    groups = [set(step) for step in steps]
+    groups.append({line for line in lines if not any(line in g for g in groups)})
+    totals = [sum(w for line, w in zip(lines, works) if line in g) for g in groups]
+    return [max(w / t for g, t in zip(groups, totals) if line in g) for line, w in zip(lines, works)]
+
+
 class PlanBudget:
     """Orders a plan's problems by expected work and spends the budget on them in two passes (module doc)."""
 
@@ -50,10 +66,13 @@ class PlanBudget:
         work: Sequence[tuple[KernelSpec, Problem]],
         seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        steps: Sequence[Collection[str]] = (),
     ) -> None:
+        """`steps`: each step's problems as plan lines (tunekit.runtime.recorder.plan_line), when known."""
         if not seconds > 0:
             raise TunekitError(f"--budget must be a positive number of seconds, but got {seconds}")
-        weighted = sorted(((expected_work(s, p), s, p) for s, p in work), key=lambda w: -w[0])
+        weights = step_weights(work, steps)
+        weighted = sorted(((w, s, p) for w, (s, p) in zip(weights, work)), key=lambda w: -w[0])
         self.order: list[tuple[KernelSpec, Problem]] = [(s, p) for _, s, p in weighted]
         self._weights = [w for w, _, _ in weighted]
         self._clock = clock
