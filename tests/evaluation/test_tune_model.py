@@ -15,7 +15,7 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.tune_model import ModelTuneReport, tune_model
 from tunekit.fleet.plans import read_plan
-from tunekit.runtime.dispatch import TORCH, dispatcher, resolve, served_configs
+from tunekit.runtime.dispatch import TORCH, dispatcher, resolve
 from tunekit.store.entry import DEMOTED, Entry
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
@@ -36,11 +36,12 @@ def _plant(planted: dict[str, object]):
         device = fingerprint()
         spec = get_spec("gemm")
         gemms = [problem for kernel, problem in read_plan(plan) if kernel == "gemm"]
-        served = served_configs()["gemm"]
         chosen = []
         for problem in gemms:
             key = spec.problem_key(problem)
-            other = next(c for c in spec.space.valid_configs(problem, device) if c != served.get(key))
+            with Store() as store:
+                served = resolve(spec, problem, device, store).config  # what dispatch served it before
+            other = next(c for c in spec.space.valid_configs(problem, device) if c != served)
             chosen.append((key, problem, other))
             if len(chosen) == 2:
                 break
@@ -106,6 +107,30 @@ def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
     assert len(report.step_problems["prefill"]) == report.problems > 0
     (step,) = report.steps
     assert step.vs_before == pytest.approx(1.0) and step.vs_eager == pytest.approx(1.0)
+
+
+def test_each_step_records_its_problems_and_what_it_was_served_before() -> None:
+    """Two steps of different token counts: each step's problems are its own, and "before" (what the verification
+    serves as before) holds both steps' problems, so tuning the first step's problems counts as a change."""
+    model = _model()
+    prefill_x, decode_x = torch.randn(24, 32), torch.randn(8, 32)
+
+    def steady_timer(call, reps: int) -> float:
+        call()
+        return 10.0
+
+    def infer(x: torch.Tensor):
+        def step(m: torch.nn.Module) -> None:
+            with torch.no_grad():
+                m(x)
+
+        return step
+
+    steps = {"prefill": infer(prefill_x), "decode": infer(decode_x)}
+    report = tune_model(model, steps, timer=steady_timer, tune=_plant({}), rounds=2, reps=1)
+    prefill, decode = (set(report.step_problems[s]) for s in ("prefill", "decode"))
+    assert prefill and decode and not prefill & decode and len(prefill | decode) == report.problems
+    assert report.changed >= 2  # the two planted GEMMs are the plan's first: the prefill step's
 
 
 class ScriptedAlternation:

@@ -297,12 +297,16 @@ def tune_model(
     with tempfile.TemporaryDirectory(prefix="tunekit-tune-model-") as tmp:
         plan_path = Path(plan) if plan is not None else Path(tmp) / "plan.jsonl"
         # buckets=False: the steps' own problems, not token-bucket edges: the steps are what is timed and verified
+        before: Served = {}
         with record_problems(plan_path, buckets=False) as recorder:
             for name, step in steps.items():
-                with record_problems(None, buckets=False) as step_recorder:  # (nested: each records what it meets)
+                # Nested, each step records all it meets (entering forgets dispatch's memos: so what each step was
+                # served is kept as it ends).
+                with record_problems(None, buckets=False) as step_recorder:
                     _call_of(model, step)()
                 report.step_problems[name] = [plan_line(kernel, problem) for kernel, problem in step_recorder.problems]
-        before = served_configs()
+                for kernel, configs in served_configs().items():
+                    before.setdefault(kernel, {}).update(configs)
         report.problems = len(recorder.problems)
         report.record_s = time.perf_counter() - clock
         clock = time.perf_counter()
