@@ -10,7 +10,7 @@ import pytest
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.kernels.gemm import make_problem
-from tunekit.tuning.plan_budget import COVER_TRIALS, FIRST_COST_S, PlanBudget, expected_work
+from tunekit.tuning.plan_budget import CLOSE_S, COVER_TRIALS, FIRST_COST_S, PlanBudget, expected_work
 from tunekit.tuning.tune_types import TuneOptions
 
 
@@ -44,13 +44,13 @@ def test_every_problem_is_covered_largest_first_then_searched_further_in_proport
     spec, problem, first = next(runs)
     assert (spec, problem) == budget.order[0] and first.trials == 8
     assert budget.cover_cost() == pytest.approx(1.0) and budget.overrun() == pytest.approx(1.0)
-    assert first.timeout_s == pytest.approx(57.0 * weights[0] / sum(weights) - 1.0)
+    assert first.timeout_s == pytest.approx((57.0 - CLOSE_S) * weights[0] / sum(weights) - 1.0)
     now[0] += first.timeout_s + 2.0  # it used its share and 2 s more: learned as the next visits' overrun
-    left = 60.0 - now[0]
+    left = 60.0 - CLOSE_S - now[0]
     spec, problem, second = next(runs)
     assert budget.overrun() == pytest.approx(2.0) and (spec, problem) == budget.order[1]
     assert second.timeout_s == pytest.approx(left * weights[1] / sum(weights[1:]) - 2.0)
-    now[0] = 60.0 - 1.0  # the last problem's part of the second left is under the overrun: no visit
+    now[0] = 60.0 - CLOSE_S - 1.0  # the last problem's part of the second left is under the overrun: no visit
     assert list(runs) == [] and budget.unreached == []
 
 

@@ -190,8 +190,8 @@ def _tune_here(
         if device.is_interpreter:
             say(INTERPRETER_NOTE)
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
+    planned = PlanBudget(work_list, budget) if budget is not None else None  # (its clock starts now)
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
-    planned = PlanBudget(work_list, budget) if budget is not None else None
     with Store() as store, contextlib.closing(benches):
         for spec, problem, these in plan_runs(work_list, options, planned):
             previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))

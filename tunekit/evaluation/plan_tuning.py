@@ -55,9 +55,9 @@ def tune_plan(
     options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
     device = fingerprint()
     counts = TuneCounts()
-    benches = SharedBench(budget_timer() if budget_s is not None else None)
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
-    planned = PlanBudget(work, budget_s, steps=steps) if budget_s is not None else None
+    planned = PlanBudget(work, budget_s, steps=steps) if budget_s is not None else None  # (its clock starts now)
+    benches = SharedBench(budget_timer() if budget_s is not None else None)
     try:
         with Store(cache_dir) as store:
             tuned: dict[str, bool] = {}  # by problem, whether its last visit measured (a budget visits some twice)
