@@ -163,3 +163,9 @@ def test_with_steps_known_each_step_weighs_the_same() -> None:
     assert order.index(decode[1]) < order.index(prefill[0])
     # a problem of no step: weighed in a step of its own kind (here: the whole plan of such problems)
     assert step_weights(work, steps[:1])[2:] == pytest.approx([w / sum(alone[2:]) for w in alone[2:]])
+
+
+def test_a_budget_counts_from_when_the_caller_began() -> None:
+    """The caller's imports and plan reading spend the budget too: the deadline runs from `started`."""
+    assert PlanBudget(_plan(), 60.0, clock=lambda: 0.0, started=-5.0).left() == pytest.approx(55.0 - CLOSE_S)
+    assert PlanBudget(_plan(), 60.0, clock=lambda: 0.0).left() == pytest.approx(60.0 - CLOSE_S)

@@ -168,7 +168,9 @@ def _tune_here(
     """Tune here, one problem after another. Each result is printed as it finishes: a block on a terminal (with a
     progress bar while it runs), one plain line otherwise, or all of them as one JSON document at the end."""
     import json
+    import time
 
+    started = time.monotonic()  # a budget counts from here: optuna's import included
     from tunekit.core.device import fingerprint
     from tunekit.store.key import CacheKey
     from tunekit.store.store import Store
@@ -190,7 +192,7 @@ def _tune_here(
         if device.is_interpreter:
             say(INTERPRETER_NOTE)
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
-    planned = PlanBudget(work_list, budget) if budget is not None else None  # (its clock starts now)
+    planned = PlanBudget(work_list, budget, started=started) if budget is not None else None
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
     with Store() as store, contextlib.closing(benches):
         for spec, problem, these in plan_runs(work_list, options, planned):

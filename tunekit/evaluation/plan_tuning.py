@@ -3,6 +3,7 @@ calls (`read_plan`, then `tune_and_store` per problem): what the model workflow 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ def tune_plan(
     each problem's first configs compiled ahead on that many threads (tunekit.tuning.precompile), with `steps`
     (each step's plan lines) the budget's weights per step. A problem whose tuning fails is counted and named;
     the others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
+    started = time.monotonic()  # a budget counts from here: optuna's import and the plan's reading included
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
@@ -56,7 +58,7 @@ def tune_plan(
     device = fingerprint()
     counts = TuneCounts()
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
-    planned = PlanBudget(work, budget_s, steps=steps) if budget_s is not None else None  # (its clock starts now)
+    planned = PlanBudget(work, budget_s, steps=steps, started=started) if budget_s is not None else None
     benches = SharedBench(budget_timer() if budget_s is not None else None)
     try:
         with Store(cache_dir) as store:

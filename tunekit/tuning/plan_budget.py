@@ -70,8 +70,10 @@ class PlanBudget:
         seconds: float,
         clock: Callable[[], float] = time.monotonic,
         steps: Sequence[Collection[str]] = (),
+        started: float | None = None,
     ) -> None:
-        """`steps`: each step's problems as plan lines (tunekit.runtime.recorder.plan_line), when known."""
+        """`steps`: each step's problems as plan lines (tunekit.runtime.recorder.plan_line), when known; `started`:
+        when the caller's tuning began on `clock` (its imports and plan reading count), else now."""
         if not seconds > 0:
             raise TunekitError(f"--budget must be a positive number of seconds, but got {seconds}")
         weights = step_weights(work, steps)
@@ -79,7 +81,7 @@ class PlanBudget:
         self.order: list[tuple[KernelSpec, Problem]] = [(s, p) for _, s, p in weighted]
         self._weights = [w for w, _, _ in weighted]
         self._clock = clock
-        self._deadline = clock() + seconds - CLOSE_S
+        self._deadline = (clock() if started is None else started) + seconds - CLOSE_S
         self._covers: list[float] = []  # seconds each cover took
         self._overruns: list[float] = []  # seconds past its share, of each deepening visit that used all of it
         self.unreached: list[tuple[KernelSpec, Problem]] = []  # the problems the budget did not pay for
