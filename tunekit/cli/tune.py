@@ -53,9 +53,11 @@ CandidateTimeoutOpt = Annotated[
 BudgetOpt = Annotated[
     float | None,
     typer.Option(
-        help="Seconds for the whole list: the largest problems first, each given a share of the time left in "
-        "proportion to its expected work (tunekit/tuning/plan_budget.py); --trials still caps each. Candidates are "
-        "timed over shorter windows (10 ms of warm-up and 25 ms of repetitions, not 25 and 100)."
+        help="Seconds for the whole list, counted from the start of tuning: first every problem's first two "
+        "configs (largest first), then the time left searched further in proportion to expected work "
+        "(tunekit/tuning/plan_budget.py); --trials still caps each, and problems the time cannot reach stay "
+        "untuned and are named. Configs are compiled ahead on the host's cores and timed over shorter windows "
+        "(10 ms of warm-up and 25 ms of repetitions, not 25 and 100)."
     ),
 ]
 EarlyStopOpt = Annotated[
