@@ -169,3 +169,24 @@ def test_a_budget_counts_from_when_the_caller_began() -> None:
     """The caller's imports and plan reading spend the budget too: the deadline runs from `started`."""
     assert PlanBudget(_plan(), 60.0, clock=lambda: 0.0, started=-5.0).left() == pytest.approx(55.0 - CLOSE_S)
     assert PlanBudget(_plan(), 60.0, clock=lambda: 0.0).left() == pytest.approx(60.0 - CLOSE_S)
+
+
+def test_tune_plan_under_a_budget_visits_a_problem_twice_and_counts_it_once(toy, tmp_path) -> None:
+    """tune_model's path (tunekit.evaluation.plan_tuning.tune_plan): a budget large enough for the cover and more
+    tunes each problem in two visits (two configs, then further), counted once; a spent one names the rest."""
+    import json
+
+    from tunekit.evaluation.plan_tuning import tune_plan
+    from tunekit.runtime.recorder import plan_line
+    from tunekit.store.store import Store
+
+    plan = tmp_path / "plan.jsonl"
+    problems = [{"rows": 8, "cols": c, "dtype": "float32"} for c in (16, 32)]
+    plan.write_text("".join(json.dumps({"kernel": "toy", "problem": p}) + "\n" for p in problems))
+    steps = [[plan_line("toy", problems[0])], [plan_line("toy", problems[1])]]
+    counts = tune_plan(plan, tmp_path / "cache", trials=4, budget_s=120.0, steps=steps)
+    assert (counts.tuned, counts.skipped, counts.failed, counts.unreached) == (2, 0, [], [])
+    with Store(tmp_path / "cache") as store:
+        assert sorted(len(e.trials) for e in store.entries()) == [4, 4]  # both searched past the cover's two
+    spent = tune_plan(plan, tmp_path / "other", trials=4, budget_s=0.01)
+    assert spent.tuned == 0 and len(spent.unreached) == 2
