@@ -31,9 +31,9 @@ from tunekit.core.spec import KernelSpec
 from tunekit.tuning.tune_types import TuneOptions
 
 COVER_TRIALS = 2
-# What a cover costs before any has finished here: about two configs' compile and timing, torch's timing and the
-# store on an H200 from an empty Triton cache (tests/gpu/budget_vs_trials.py, RESULTS.md).
-FIRST_COST_S = 1.0
+# What a cover costs before any has finished here: two configs' compile and timing, torch's timing and the store
+# took about 1.5 s a problem on an H200 from an empty Triton cache (tests/gpu/budget_vs_trials.py, RESULTS.md).
+FIRST_COST_S = 1.5
 # Kept back from the budget for what follows the last visit (the isolation worker's shutdown) and what the last
 # visit costs past its estimate: without it, a 60 s budget ended 1.8 s late on an H200 (budget_vs_trials.py).
 CLOSE_S = 1.0
@@ -62,7 +62,8 @@ def step_weights(work: Sequence[tuple[KernelSpec, Problem]], steps: Sequence[Col
 
 
 class PlanBudget:
-    """Orders a plan's problems by expected work and spends the budget on them in two passes (module doc)."""
+    """Orders a plan's problems by weight (expected work, per step where known) and spends the budget on them in
+    two passes (module doc)."""
 
     def __init__(
         self,
@@ -99,7 +100,7 @@ class PlanBudget:
 
     def share(self, index: int) -> float | None:
         """Seconds for deepening the search of the problem at `index` of `order`, asked when it starts: its part of
-        the time left in proportion to expected work, less the visit's own overrun; None when nothing is left of it
+        the time left in proportion to its weight, less the visit's own overrun; None when nothing is left of it
         (the visit would cost more than its part; the part passes on to the problems after it)."""
         part = self.left() * self._weights[index] / sum(self._weights[index:])
         given = part - self.overrun()
