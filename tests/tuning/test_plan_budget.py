@@ -1,7 +1,7 @@
-"""`tune --budget`: a plan's problems largest first, in two passes: every problem's first configs (the cover), then
-the time left spent searching further in proportion to expected work (its roofline floor), after keeping back
-what each visit costs past its share (learned as the plan runs); once the budget is spent, the smallest problems
-stay untuned and are named."""
+"""`tune --budget`: a plan's problems heaviest first, in two passes: every problem's first configs (the cover), then
+the time left spent searching further in proportion to weight (expected work, its roofline floor; per step where
+the steps are known), after keeping back what each visit costs past its share (learned as the plan runs); once the
+budget is spent, the lightest problems stay untuned and are named."""
 
 from __future__ import annotations
 
