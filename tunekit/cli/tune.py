@@ -240,11 +240,15 @@ def _tune_here(
     skipped = sum(r.skipped for r in results.values())
     say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
     if unreached:
-        say(
-            f"--budget {budget:g} s spent before {len(unreached)} problem(s), the smallest, were reached: not tuned "
-            "(torch serves them); a larger budget, or none, tunes them: " + "; ".join(unreached)
-        )
+        say(_unreached_note(budget, unreached))
     say(f"time by phase: {phases.describe()}")
+
+
+def _unreached_note(budget: float | None, unreached: list[str]) -> str:
+    return (
+        f"--budget {budget:g} s spent before {len(unreached)} problem(s), the smallest, were reached: not tuned "
+        "(torch serves them); a larger budget, or none, tunes them: " + "; ".join(unreached)
+    )
 
 
 PROGRESS_EVERY_TRIALS = 10  # without a terminal: a progress line per this many trials measured...

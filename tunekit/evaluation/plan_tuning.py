@@ -47,6 +47,7 @@ def tune_plan(
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan
+    from tunekit.runtime.recorder import plan_line
     from tunekit.store.store import Store
     from tunekit.tuning.bench import budget_timer
     from tunekit.tuning.orchestrate import TuneOptions
@@ -58,7 +59,9 @@ def tune_plan(
     device = fingerprint()
     counts = TuneCounts()
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
-    planned = PlanBudget(work, budget_s, steps=steps, started=started) if budget_s is not None else None
+    lines = [plan_line(spec.name, problem) for spec, problem in work]
+    step_indices = [{i for i, line in enumerate(lines) if line in set(step)} for step in steps]
+    planned = PlanBudget(work, budget_s, steps=step_indices, started=started) if budget_s is not None else None
     benches = SharedBench(budget_timer() if budget_s is not None else None)
     try:
         with Store(cache_dir) as store:

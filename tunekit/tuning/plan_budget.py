@@ -48,17 +48,14 @@ def expected_work(spec: KernelSpec, problem: Problem) -> float:
     return max(spec.flops(problem) / _FLOPS_PER_S, spec.bytes_moved(problem) / _BYTES_PER_S) + _LAUNCH_S
 
 
-def step_weights(work: Sequence[tuple[KernelSpec, Problem]], steps: Sequence[Collection[str]] = ()) -> list[float]:
-    """Each problem's expected work over its step's (the largest such share where several steps meet it; a problem
-    of no step counts in a step of every such problem)."""
-    from tunekit.runtime.recorder import plan_line
-
-    lines = [plan_line(spec.name, problem) for spec, problem in work]
+def step_weights(work: Sequence[tuple[KernelSpec, Problem]], steps: Sequence[Collection[int]] = ()) -> list[float]:
+    """Each problem's expected work over its step's, a step being the indices into `work` of its problems (the
+    largest such share where several steps hold a problem; the problems of no step count as one more step)."""
     works = [expected_work(spec, problem) for spec, problem in work]
     groups = [set(step) for step in steps]
-    groups.append({line for line in lines if not any(line in g for g in groups)})
-    totals = [sum(w for line, w in zip(lines, works) if line in g) for g in groups]
-    return [max(w / t for g, t in zip(groups, totals) if line in g) for line, w in zip(lines, works)]
+    groups.append({i for i in range(len(work)) if not any(i in g for g in groups)})
+    totals = [sum(works[i] for i in g) for g in groups]
+    return [max(w / t for g, t in zip(groups, totals) if i in g) for i, w in enumerate(works)]
 
 
 class PlanBudget:
@@ -70,11 +67,11 @@ class PlanBudget:
         work: Sequence[tuple[KernelSpec, Problem]],
         seconds: float,
         clock: Callable[[], float] = time.monotonic,
-        steps: Sequence[Collection[str]] = (),
+        steps: Sequence[Collection[int]] = (),
         started: float | None = None,
     ) -> None:
-        """`steps`: each step's problems as plan lines (tunekit.runtime.recorder.plan_line), when known; `started`:
-        when the caller's tuning began on `clock` (its imports and plan reading count), else now."""
+        """`steps`: each step's problems as indices into `work`, when known; `started`: when the caller's tuning
+        began on `clock` (its imports and plan reading count), else now."""
         if not seconds > 0:
             raise TunekitError(f"--budget must be a positive number of seconds, but got {seconds}")
         weights = step_weights(work, steps)
