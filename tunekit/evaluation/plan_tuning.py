@@ -60,7 +60,7 @@ def tune_plan(
     counts = TuneCounts()
     work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
     lines = [plan_line(spec.name, problem) for spec, problem in work]
-    step_indices = [{i for i, line in enumerate(lines) if line in set(step)} for step in steps]
+    step_indices = [{i for i, line in enumerate(lines) if line in members} for members in map(set, steps)]
     planned = PlanBudget(work, budget_s, steps=step_indices, started=started) if budget_s is not None else None
     benches = SharedBench(budget_timer() if budget_s is not None else None)
     try:
