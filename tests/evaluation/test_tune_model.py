@@ -166,3 +166,60 @@ def test_a_single_suspect_is_demoted_only_when_a_second_timing_agrees(gains, dem
     else:
         ((problem, gain),) = found
         assert problem == suspect and gain == pytest.approx(demoted)
+
+
+def test_a_slower_step_with_no_single_cause_has_its_changes_served_as_before() -> None:
+    """Two planted entries each slow the step by 1.5%, under the bisection's 2% tolerance, 3% together: bisection
+    names neither, so the guarantee serves both as before, stored so, and the step is timed again at before's speed."""
+    model = _model()
+    x = torch.randn(24, 32)
+    planted: dict = {}
+
+    def fake_timer(call, reps: int) -> float:
+        call()
+        memo = dispatcher("gemm").memo
+        ms = 10.0
+        for which in ("slow", "fast"):  # here both planted entries are slightly slower
+            if planted and memo.get(planted[which]) == planted["configs"][planted[which]]:
+                ms += 0.15
+        return ms
+
+    def train(m: torch.nn.Module) -> None:
+        m(x).square().mean().backward()
+
+    spec, device = get_spec("gemm"), fingerprint()
+    report = tune_model(model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1)
+    assert report.demoted == []
+    ((undone),) = report.undone
+    assert undone.step == "train" and undone.vs_before == pytest.approx(10.0 / 10.3) and undone.problems >= 2
+    (step,) = report.steps
+    assert step.vs_before == pytest.approx(1.0)  # timed again: now as before
+    assert "undone train" in report.table()
+    with Store() as store:
+        for which in ("slow", "fast"):
+            served = resolve(spec, spec.problem_dict(planted[which]), device, store)
+            assert served.config != planted["configs"][planted[which]]  # the planted config no longer serves
+            assert served.layer in ("cache", "demoted")
+
+
+def test_a_step_slower_by_less_than_the_guarantee_is_left_as_tuned() -> None:
+    model = _model()
+    x = torch.randn(24, 32)
+    planted: dict = {}
+
+    def fake_timer(call, reps: int) -> float:
+        call()
+        memo = dispatcher("gemm").memo
+        slow = planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]]
+        return 10.05 if slow else 10.0  # 0.5% slower: inside the 1% guarantee
+
+    def prefill(m: torch.nn.Module) -> None:
+        with torch.no_grad():
+            m(x)
+
+    report = tune_model(model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1)
+    assert report.undone == [] and report.demoted == []
+    spec, device = get_spec("gemm"), fingerprint()
+    with Store() as store:
+        served = resolve(spec, spec.problem_dict(planted["slow"]), device, store)
+    assert served.config == planted["configs"][planted["slow"]]

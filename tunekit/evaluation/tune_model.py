@@ -11,6 +11,10 @@ A problem's tuned time is its kernel alone; the model runs it among others, with
 step that got slower than before is traced to the problems that cause it: the changed problems it uses, by kernel,
 then by halves (bisection), each subset served as before and timed against the step as served now. Each culprit's
 entry is demoted (dispatch then serves torch's op for it, on every later run) and the report says why.
+
+The guarantee: many small losses can add up to a slower step with no single cause past the bisection's tolerance. A
+step still slower than before by more than `guarantee` after the demotions has every changed problem it runs
+served as before (stored so: torch's op stays torch's, a Triton config stays that config), then is timed again.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,7 @@ from tunekit.core.registry import get_spec
 from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
 from tunekit.integrations.patching import patch
-from tunekit.runtime.dispatch import reset_all, resolve, served_configs, serving
+from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
 from tunekit.store.entry import demoted
@@ -64,6 +68,13 @@ class Demotion:
     key: Problem  # (kernel, the op's problem key): what is demoted
 
 
+@dataclass(frozen=True)
+class UndoneStep:
+    step: str
+    vs_before: float  # the step's median per-round ratio before undoing (under 1: slower than before)
+    problems: int  # changed problems served as before from then on
+
+
 @dataclass
 class ModelTuneReport:
     problems: int = 0  # recorded
@@ -74,6 +85,7 @@ class ModelTuneReport:
     step_problems: dict[str, list[str]] = field(default_factory=dict)  # plan lines of the problems each step met
     steps: list[StepSpeed] = field(default_factory=list)
     demoted: list[Demotion] = field(default_factory=list)
+    undone: list[UndoneStep] = field(default_factory=list)  # steps whose changes were all served as before
     record_s: float = 0.0
     tune_s: float = 0.0
     verify_s: float = 0.0
@@ -91,6 +103,11 @@ class ModelTuneReport:
             vs_eager = f"{s.vs_eager:8.3f}x" if s.vs_eager is not None else f"{'-':>9}"
             lines.append(f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x")
         lines += [f"demoted {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster without it" for d in self.demoted]
+        lines += [
+            f"undone {u.step}: {u.vs_before:.3f}x of before with no single cause, its {u.problems} changed "
+            f"problem{'s' if u.problems != 1 else ''} served as before"
+            for u in self.undone
+        ]
         return "\n".join(lines)
 
 
@@ -188,6 +205,40 @@ def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:
     reset_all()
 
 
+# provenance: this entry serves the config its problem was served before tuning (tune_model's guarantee), not its
+# fastest trial in isolation; the reason is the value.
+SERVED_AS_BEFORE = "served_as_before"
+
+
+def _serve_as_before(problems: list[Problem], before: Served, why: str) -> None:
+    """Store each problem so dispatch serves what it served before this tuning: torch's op stays torch's (the entry
+    demoted), a Triton config stays that config (the entry's best replaced by it, its trials kept)."""
+    device = fingerprint()
+    demote: list[Problem] = []
+    with Store() as store:
+        for kernel, key in problems:
+            config = before[kernel][key]
+            spec = get_spec(kernel)
+            ckey = CacheKey.make(spec.name, spec.source_hash, device.key, spec.problem_dict(key))
+            entry = store.get(ckey)
+            if config == TORCH or entry is None:
+                demote.append((kernel, key))
+                continue
+            measured = [t.time_ms for t in entry.trials if t.status == "ok" and t.config == config and t.time_ms]
+            kept = replace(
+                entry,
+                config=dict(config),
+                time_ms=min(measured) if measured else entry.time_ms,
+                provenance={**entry.provenance, SERVED_AS_BEFORE: why},
+            )
+            with store.transaction():  # replaced, not merged: a merge keeps the faster best
+                store.delete(ckey.digest)
+                store.put(kept)
+    if demote:
+        _demote(demote, dict.fromkeys(demote, why))
+    reset_all()
+
+
 def _call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
     """One run of `step` on `m`, its gradients dropped after (a training step's own zero_grad)."""
 
@@ -251,9 +302,9 @@ class _Verification:
                 found.append(Demotion(kernel, spec.describe_problem(spec.problem_dict(key)), name, gain, (kernel, key)))
         return found
 
-    def speeds(self) -> list[StepSpeed]:
+    def speeds(self, names: list[str] | None = None) -> list[StepSpeed]:
         speeds = []
-        for name in self.steps:
+        for name in self.steps if names is None else names:
             times = self.time(name)
             eager = self.eager is not None
             speeds.append(
@@ -281,12 +332,14 @@ def tune_model(
     rounds: int = 7,
     reps: int = 3,
     tolerance: float = 0.02,
+    guarantee: float = 0.01,
     timer: StepTimer | None = None,
     tune: Callable[..., None] = _tune,
 ) -> ModelTuneReport:
     """Patch `model`, record its `steps`' problems, tune them, time the steps before and after, and demote what
     slowed a step. A step is slower when its median per-round ratio is under 1 - `tolerance`; a subset of problems
-    is a cause when serving it as before speeds the step up by more than `tolerance`. Each step is also reported
+    is a cause when serving it as before speeds the step up by more than `tolerance`. A step still slower than
+    before by more than `guarantee` after that has all its changed problems served as before. Each step is also reported
     against `eager`, an unpatched model with the same weights: by default (`compare_eager`) a copy of `model` made
     before patching it (twice its memory). `budget_s` bounds the tuning's wall time (`tune --budget`)."""
     report = ModelTuneReport()
@@ -322,8 +375,36 @@ def tune_model(
     if culprits:
         _demote(list(culprits), culprits)
     report.steps = verification.speeds()
+    _keep_no_step_slower(verification, report, guarantee)
     report.verify_s = time.perf_counter() - clock
     return report
+
+
+def _keep_no_step_slower(verification: _Verification, report: ModelTuneReport, guarantee: float) -> None:
+    """Serve as before every changed problem of each step still slower than before past `guarantee` (bisection named
+    no cause for all of its loss), then time those steps again."""
+    demoted = {d.key for d in report.demoted}
+    undo: dict[Problem, str] = {}
+    for speed in report.steps:
+        if speed.vs_before >= 1 - guarantee:
+            continue
+        problems = [p for p in verification.suspects(speed.step) if p not in demoted]
+        if not problems:
+            continue
+        why = f"{speed.step} ran {speed.vs_before:.3f}x of before with its changes and no single cause"
+        undo.update((p, why) for p in problems if p not in undo)
+        report.undone.append(UndoneStep(speed.step, speed.vs_before, len(problems)))
+    if not undo:
+        return
+    for why in set(undo.values()):
+        _serve_as_before([p for p, w in undo.items() if w == why], verification.before, why)
+    # Steps that share a problem with an undone step changed too: time them all again.
+    retimed = {u.step for u in report.undone} | {
+        name for name in verification.steps if any(p in undo for p in verification.suspects(name))
+    }
+    verification.changed = [p for p in verification.changed if p not in undo]
+    again = {s.step: s for s in verification.speeds([n for n in verification.steps if n in retimed])}
+    report.steps = [again.get(s.step, s) for s in report.steps]
 
 
 def _causes(
