@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import torch
 
@@ -28,6 +29,10 @@ def _select() -> bool:
     if torch.cuda.is_available():
         return False
     os.environ["TRITON_INTERPRET"] = "1"
+    if "triton" in sys.modules:  # imported before tunekit: its jit functions were built for a GPU
+        from tunekit.core.triton_adapter import interpret_jit_functions
+
+        interpret_jit_functions()
     logger.warning(_INTERPRETER_NOTICE)
     return True
 

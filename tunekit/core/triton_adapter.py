@@ -14,6 +14,7 @@ the callers did before they moved here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import types
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ __all__ = [
     "compiled_launch",
     "compiled_resources",
     "innermost_jit",
+    "interpret_jit_functions",
     "is_tensor_descriptor",
     "jit_function",
     "launch_hooks_set",
@@ -108,6 +110,50 @@ def watch_runs(kernel: Any, wrap: Callable[[Any, Callable[..., Any]], Callable[.
         watched = wrap(kernel, run)
         watched._tunekit_watched = True  # type: ignore[attr-defined]
         kernel.run = watched
+
+
+class _InterpretedJit(JITFunction):  # type: ignore[type-arg]
+    """A jit function built for the GPU that Triton's interpreter runs: launches and calls from interpreted kernels go
+    to the InterpretedFunction `triton.jit` would have built. Adds no slots, so an existing JITFunction can become
+    one in place."""
+
+    __slots__ = ()
+
+    def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        return self._interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._interpreted(*args, **kwargs)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        # A tensor method (`x.max(axis=0)`): the interpreter's tl.tensor forwards to the free function the same way.
+        return self if obj is None else functools.partial(self._interpreted, obj)
+
+
+def interpret_jit_functions() -> int:
+    """Make every jit function built for the GPU run in the interpreter instead, in place (every reference to it sees
+    the change); returns how many. `triton.jit` picks the interpreter when it decorates, so the functions made before
+    TRITON_INTERPRET was set (Triton's own tl.max, tl.sum, ... when triton was imported before tunekit on a machine
+    without a GPU) raise "Cannot call @triton.jit'd outside of the scope of a kernel" when an interpreted kernel
+    calls them."""
+    import gc
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    built = [obj for obj in gc.get_objects() if type(obj) is JITFunction]
+    for obj in built:
+        obj._interpreted = InterpretedFunction(
+            obj.fn,
+            version=obj.version,
+            do_not_specialize=obj.do_not_specialize,
+            do_not_specialize_on_alignment=obj.do_not_specialize_on_alignment,
+            debug=obj.debug,
+            noinline=obj.noinline,
+            repr=obj._repr,
+            launch_metadata=obj.launch_metadata,
+        )  # as triton.jit builds it under TRITON_INTERPRET
+        obj.__class__ = _InterpretedJit
+    return len(built)
 
 
 def compile_only_when(compile_only: Callable[[], bool]) -> None:
