@@ -22,10 +22,12 @@ from typing import Any
 from triton import Config as TritonConfig
 
 from tunekit.core.errors import TunekitError
+from tunekit.core.render import brief
 from tunekit.core.space import SearchSpace, Value
 from tunekit.core.spec import Tolerance
 from tunekit.core.triton_adapter import KernelInterface, arg_names, python_function
 from tunekit.store.entry import Entry
+from tunekit.store.user_entries import check_import_path
 from tunekit.user_kernels.configs import Candidates
 from tunekit.user_kernels.key import KeyMaker
 from tunekit.user_kernels.launch import Call, Hooks, PostHook, PreHook
@@ -169,8 +171,25 @@ class Autotuned(KernelInterface[Any]):
 
 
 def _default_name(fn: Any) -> str:
+    """The jit function's import path; a function built inside another (a kernel factory) is named without the
+    `<locals>` steps, which no import path holds."""
     base = python_function(fn)
-    return f"{getattr(base, '__module__', '?')}:{getattr(base, '__qualname__', getattr(base, '__name__', '?'))}"
+    qualname = str(getattr(base, "__qualname__", getattr(base, "__name__", "?"))).replace("<locals>.", "")
+    return f"{getattr(base, '__module__', '?')}:{qualname}"
+
+
+def _checked_name(name: str | None, fn: Any) -> str:
+    """The kernel's name, refused at decoration when `tunekit import` would refuse its entries (one rule for both)."""
+    kernel = name if name is not None else _default_name(fn)
+    try:
+        return check_import_path(kernel)
+    except TunekitError:
+        given = "name=" if name is not None else "the default name"
+        raise TunekitError(
+            f"tunekit.autotune: {given} {brief(kernel)} would store entries that "
+            "`tunekit import` refuses: a user kernel is named by its import path; give "
+            "tunekit.autotune(name='package.module:attribute'), the path a plan imports it by"
+        ) from None
 
 
 def autotune(
@@ -213,7 +232,7 @@ def autotune(
     def decorator(fn: Any) -> Autotuned:
         if arg_names(fn) is None:
             raise TunekitError(f"tunekit.autotune decorates a @triton.jit function, but got {type(fn).__name__}")
-        kernel = name or _default_name(fn)
+        kernel = _checked_name(name, fn)
         searcher = Searcher(
             kernel,
             fn,
