@@ -136,6 +136,38 @@ def test_a_rule_forbidding_a_stored_config_stops_it_being_served():
     assert resolve(spec, dict(entry.key.problem), device, None).layer == "shipped"
 
 
+_GLOBAL_READER = """
+import triton
+import triton.language as tl
+
+DT = {value}
+
+
+@triton.jit
+def cast_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(DT))
+"""
+
+
+def _code_digest(tmp_path, module: str, value: str) -> str:
+    import importlib
+
+    (tmp_path / f"{module}.py").write_text(_GLOBAL_READER.format(value=value))
+    return walk_jit([importlib.import_module(module).cast_kernel]).digest()
+
+
+def test_a_module_global_dtype_the_kernel_reads_is_part_of_its_identity(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    digests = {
+        value: _code_digest(tmp_path, f"global_reader_{i}", value)
+        for i, value in enumerate(("tl.float16", "tl.float32", "tl.constexpr(tl.float16)", "tl.constexpr(tl.float32)"))
+    }
+    assert digests["tl.float16"] != digests["tl.float32"]
+    assert digests["tl.constexpr(tl.float16)"] != digests["tl.constexpr(tl.float32)"]
+    assert _code_digest(tmp_path, "global_reader_again", "tl.float16") == digests["tl.float16"]  # the same code
+
+
 def test_explain_change_names_each_part():
     assert explain_change("1.aaaa.bbbb", "2.aaaa.bbbb") == "launch version 1 -> 2"
     assert explain_change("1.aaaa.bbbb", "1.aaaa.cccc") == "search space changed"

@@ -2,7 +2,7 @@
 
 Three parts, joined as `"{version}.{code}.{space}"` (the value of a cache key's `source_hash`):
 - code: a digest of the @triton.jit functions the kernel launches, the jit functions they call and the constexpr
-  globals they read, each normalized to its syntax tree (no comments, docstrings, blank lines, line numbers,
+  and dtype globals they read, each normalized to its syntax tree (no comments, docstrings, blank lines, line numbers,
   parentheses or trailing commas; not the module it lives in). A reformat or a moved helper keeps it.
 - space: a digest of the search space's data (parameter names and values). Rules stay out: they are checked
   again whenever an entry is served.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from triton.language import constexpr
+from triton.language import constexpr, dtype
 
 from tunekit.core.triton_adapter import jit_function
 
@@ -106,13 +106,23 @@ def _globals_read(tree: ast.FunctionDef, namespace: dict[str, Any]) -> Iterable[
         yield name, value
 
 
-def _constant(value: Any) -> Any:
-    """A global's value as data when a jit function may read it as a compile-time constant, else None."""
+def _constant(value: Any, name: str, namespace: dict[str, Any]) -> Any:
+    """A global's value as data when a jit function may read it as a compile-time constant, else None. A dtype
+    counts where the kernel's own code names it (`DT = tl.float16`, bare or as tl.constexpr); Triton's own names
+    (`tl.float16` itself) are covered by the Triton version in the device key."""
     if isinstance(value, constexpr):
         value = value.value
     if isinstance(value, (bool, int, float, str)):
         return repr(value)
+    if isinstance(value, dtype) and not _from_triton(name, namespace):
+        return f"dtype:{value}"
     return None
+
+
+def _from_triton(name: str, namespace: dict[str, Any]) -> bool:
+    """Whether a dotted global name is read through a Triton module (`tl.float16`)."""
+    root = namespace.get(name.split(".")[0])
+    return isinstance(root, types.ModuleType) and root.__name__.split(".")[0] == "triton"
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ def walk_jit(roots: Iterable[Any], source_of: SourceOf = function_source) -> Jit
         for name, value in _globals_read(tree, fn.__globals__):
             if _plain_function(value) is not None:
                 pending.append(value)
-            elif (constant := _constant(value)) is not None:
+            elif (constant := _constant(value, name, fn.__globals__)) is not None:
                 constants[f"{fn.__name__}:{name}"] = constant
     return JitWalk(functions, constants, tuple(seen.values()))
 
