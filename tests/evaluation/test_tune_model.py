@@ -30,7 +30,8 @@ def _model() -> torch.nn.Module:
 
 def _plant(planted: dict[str, object]):
     """A stand-in for tuning: stores, for two GEMM problems of the plan, a valid config other than the one served
-    before (`planted` gets {"slow": problem, "fast": problem, "configs": {problem key tuple: config}})."""
+    before (`planted` gets {"slow": problem, "fast": problem, "configs": {problem key tuple: config}, "before":
+    {problem key tuple: the config served before}})."""
 
     def tune(plan: Path, trials: int, report: ModelTuneReport, budget_s: float | None) -> None:
         device = fingerprint()
@@ -43,6 +44,7 @@ def _plant(planted: dict[str, object]):
                 served = resolve(spec, problem, device, store).config  # what dispatch served it before
             other = next(c for c in spec.space.valid_configs(problem, device) if c != served)
             chosen.append((key, problem, other))
+            planted.setdefault("before", {})[key] = served
             if len(chosen) == 2:
                 break
         with Store() as store:
@@ -55,7 +57,7 @@ def _plant(planted: dict[str, object]):
     return tune
 
 
-def test_a_planted_entry_that_slows_the_step_is_found_and_demoted() -> None:
+def test_a_planted_entry_that_slows_the_step_is_found_and_served_as_before() -> None:
     model = _model()
     x = torch.randn(24, 32)
     planted: dict = {}
@@ -77,16 +79,17 @@ def test_a_planted_entry_that_slows_the_step_is_found_and_demoted() -> None:
     report = tune_model(model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1)
     assert report.changed >= 2  # the planted two, and in the interpreter the problems they are now nearest to
     assert [d.step for d in report.demoted] == ["train"] and len(report.demoted) == 1
-    # Only the slow problem is demoted; the step now runs the fast entry and none of the slow one.
+    # Only the slow problem is served as before (in the interpreter, the heuristic's config: its planted entry is
+    # gone); the step now runs the fast entry and none of the slow one.
     spec, device = get_spec("gemm"), fingerprint()
     with Store() as store:
         slow = resolve(spec, spec.problem_dict(planted["slow"]), device, store)
         fast = resolve(spec, spec.problem_dict(planted["fast"]), device, store)
-    assert slow.layer == "demoted" and slow.config is TORCH and DEMOTED in slow.entry.provenance
+    assert slow.config == planted["before"][planted["slow"]] != planted["configs"][planted["slow"]]
     assert fast.layer == "cache" and fast.config == planted["configs"][planted["fast"]]
     (step,) = report.steps
     assert step.vs_before > 1.0  # the fast entry stays: the step beats how it was served before
-    assert "demoted gemm" in report.table()
+    assert "served as before gemm" in report.table()
 
 
 def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
@@ -198,8 +201,7 @@ def test_a_slower_step_with_no_single_cause_has_its_changes_served_as_before() -
     with Store() as store:
         for which in ("slow", "fast"):
             served = resolve(spec, spec.problem_dict(planted[which]), device, store)
-            assert served.config != planted["configs"][planted[which]]  # the planted config no longer serves
-            assert served.layer in ("cache", "demoted")
+            assert served.config == planted["before"][planted[which]] != planted["configs"][planted[which]]
 
 
 def test_a_step_slower_by_less_than_the_guarantee_is_left_as_tuned() -> None:
@@ -223,3 +225,30 @@ def test_a_step_slower_by_less_than_the_guarantee_is_left_as_tuned() -> None:
     with Store() as store:
         served = resolve(spec, spec.problem_dict(planted["slow"]), device, store)
     assert served.config == planted["configs"][planted["slow"]]
+
+
+def test_a_problem_torch_served_before_is_demoted_and_one_with_an_earlier_entry_gets_it_back() -> None:
+    """Serving as before, stored: where torch's op served the problem before, the new entry is demoted (re-tuning
+    keeps that); where an earlier working-cache entry served it, that entry is put back, trials and all."""
+    from tunekit.evaluation.tune_model import _serve_as_before
+
+    spec, device = get_spec("gemm"), fingerprint()
+    problems = [spec.problem_from_shape(shape, "float32") for shape in ((24, 48, 32), (24, 32, 48))]
+    torch_before, entry_before = ((("gemm", spec.problem_key(p)), p) for p in problems)
+    first_config = next(iter(spec.space.valid_configs(problems[0], device)))
+    configs = list(spec.space.valid_configs(problems[1], device))[:2]
+    keys = [CacheKey.make("gemm", spec.source_hash, device.key, p) for p in problems]
+    earlier = Entry(keys[1], dict(configs[0]), 2.0, device.to_json(), {"strategy": "earlier"})
+    with Store() as store:
+        store.put(Entry(keys[0], dict(first_config), 1.0, device.to_json(), {"strategy": "tuned now"}))
+        store.put(earlier)
+        store.put(Entry(keys[1], dict(configs[1]), 1.0, device.to_json(), {"strategy": "tuned now"}))
+    before = {"gemm": {torch_before[0][1]: TORCH, entry_before[0][1]: dict(configs[0])}}
+    prior = {torch_before[0]: None, entry_before[0]: earlier}
+    why = {torch_before[0]: "slower", entry_before[0]: "slower"}
+    _serve_as_before([torch_before[0], entry_before[0]], before, prior, why)
+    with Store() as store:
+        first = resolve(spec, problems[0], device, store)
+        second = store.get(keys[1])
+    assert first.layer == "demoted" and DEMOTED in first.entry.provenance
+    assert second is not None and second.config == dict(configs[0]) and second.provenance == {"strategy": "earlier"}

@@ -9,8 +9,10 @@ working cache, then every step is timed in alternation (interleaved rounds, medi
 eager (an unpatched copy, made before patching), as served before this tuning ("out of the box") and as served after.
 A problem's tuned time is its kernel alone; the model runs it among others, with its own copies and layouts. So a
 step that got slower than before is traced to the problems that cause it: the changed problems it uses, by kernel,
-then by halves (bisection), each subset served as before and timed against the step as served now. Each culprit's
-entry is demoted (dispatch then serves torch's op for it, on every later run) and the report says why.
+then by halves (bisection), each subset served as before and timed against the step as served now. Each culprit is
+served as before from then on, as measured: demoted where torch's op served it before (dispatch serves torch's op
+for it on every later run, re-tuning included), its working-cache entry put back as it was otherwise (a pack's or a
+bucket's config serves it again); the report says why.
 
 The guarantee: many small losses can add up to a slower step with no single cause past the bisection's tolerance. A
 step still slower than before by more than `guarantee` after the demotions has every changed problem it runs
@@ -39,7 +41,7 @@ from tunekit.integrations.patching import patch
 from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
-from tunekit.store.entry import demoted
+from tunekit.store.entry import Entry, demoted
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
@@ -102,7 +104,9 @@ class ModelTuneReport:
             eager = f"{s.eager_ms:9.3f}" if s.eager_ms is not None else f"{'-':>9}"
             vs_eager = f"{s.vs_eager:8.3f}x" if s.vs_eager is not None else f"{'-':>9}"
             lines.append(f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x")
-        lines += [f"demoted {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster without it" for d in self.demoted]
+        lines += [
+            f"served as before {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster so" for d in self.demoted
+        ]
         lines += [
             f"undone {u.step}: {u.vs_before:.3f}x of before with no single cause, its {u.problems} changed "
             f"problem{'s' if u.problems != 1 else ''} served as before"
@@ -205,37 +209,37 @@ def _demote(problems: list[Problem], why: Mapping[Problem, str]) -> None:
     reset_all()
 
 
-# provenance: this entry serves the config its problem was served before tuning (tune_model's guarantee), not its
-# fastest trial in isolation; the reason is the value.
-SERVED_AS_BEFORE = "served_as_before"
+Prior = dict[Problem, Entry | None]  # each recorded problem's working-cache entry before tuning (None: none)
 
 
-def _serve_as_before(problems: list[Problem], before: Served, why: str) -> None:
-    """Store each problem so dispatch serves what it served before this tuning: torch's op stays torch's (the entry
-    demoted), a Triton config stays that config (the entry's best replaced by it, its trials kept)."""
+def _prior_entries(problems: list[Problem]) -> Prior:
     device = fingerprint()
-    demote: list[Problem] = []
     with Store() as store:
-        for kernel, key in problems:
-            config = before[kernel][key]
-            spec = get_spec(kernel)
-            ckey = CacheKey.make(spec.name, spec.source_hash, device.key, spec.problem_dict(key))
-            entry = store.get(ckey)
-            if config == TORCH or entry is None:
-                demote.append((kernel, key))
+        return {(kernel, key): store.get(_cache_key(kernel, key, device.key)) for kernel, key in problems}
+
+
+def _cache_key(kernel: str, key: ProblemKey, device_key: str) -> CacheKey:
+    spec = get_spec(kernel)
+    return CacheKey.make(spec.name, spec.source_hash, device_key, spec.problem_dict(key))
+
+
+def _serve_as_before(problems: list[Problem], before: Served, prior: Prior, why: Mapping[Problem, str]) -> None:
+    """Make dispatch serve each problem what it served before this tuning, as measured: torch's op stays torch's
+    (the entry demoted, which re-tuning keeps), anything else by putting the working cache's entry back as it was
+    (none, or the earlier entry), so the layer that served it before (a pack, a bucket, that entry) serves it again."""
+    device = fingerprint()
+    torch_before = [p for p in problems if before[p[0]][p[1]] == TORCH]
+    with Store() as store, store.transaction():
+        for problem in problems:
+            if problem in torch_before:
                 continue
-            measured = [t.time_ms for t in entry.trials if t.status == "ok" and t.config == config and t.time_ms]
-            kept = replace(
-                entry,
-                config=dict(config),
-                time_ms=min(measured) if measured else entry.time_ms,
-                provenance={**entry.provenance, SERVED_AS_BEFORE: why},
-            )
-            with store.transaction():  # replaced, not merged: a merge keeps the faster best
-                store.delete(ckey.digest)
-                store.put(kept)
-    if demote:
-        _demote(demote, dict.fromkeys(demote, why))
+            ckey = _cache_key(*problem, device.key)
+            store.delete(ckey.digest)
+            earlier = prior.get(problem)
+            if earlier is not None:
+                store.put(earlier)
+    if torch_before:
+        _demote(torch_before, why)
     reset_all()
 
 
@@ -259,6 +263,7 @@ class _Verification:
     steps: Mapping[str, Step]
     before: Served
     alternate: _Alternation
+    prior: Prior
     changed: list[Problem] = field(default_factory=list)
     used: dict[str, list[Problem]] = field(default_factory=dict)  # per step: the problems it runs
 
@@ -361,19 +366,20 @@ def tune_model(
                 for kernel, configs in served_configs().items():
                     before.setdefault(kernel, {}).update(configs)
         report.problems = len(recorder.problems)
+        prior = _prior_entries([(k, get_spec(k).problem_key(p)) for k, p in recorder.problems])
         report.record_s = time.perf_counter() - clock
         clock = time.perf_counter()
         tune(plan_path, trials, report, budget_s)
         report.tune_s = time.perf_counter() - clock
     clock = time.perf_counter()
     alternate = _Alternation(timer or default_timer(model), rounds, reps)
-    verification = _Verification(model, eager, steps, before, alternate)
+    verification = _Verification(model, eager, steps, before, alternate, prior)
     verification.survey()
     report.changed = len(verification.changed)
     report.demoted = verification.culprits(tolerance)
     culprits = {d.key: f"{d.step} ran {d.gain:.1%} faster with it served as before" for d in report.demoted}
     if culprits:
-        _demote(list(culprits), culprits)
+        _serve_as_before(list(culprits), before, verification.prior, culprits)
     report.steps = verification.speeds()
     _keep_no_step_slower(verification, report, guarantee)
     report.verify_s = time.perf_counter() - clock
@@ -396,8 +402,7 @@ def _keep_no_step_slower(verification: _Verification, report: ModelTuneReport, g
         report.undone.append(UndoneStep(speed.step, speed.vs_before, len(problems)))
     if not undo:
         return
-    for why in set(undo.values()):
-        _serve_as_before([p for p, w in undo.items() if w == why], verification.before, why)
+    _serve_as_before(list(undo), verification.before, verification.prior, undo)
     # Steps that share a problem with an undone step changed too: time them all again.
     retimed = {u.step for u in report.undone} | {
         name for name in verification.steps if any(p in undo for p in verification.suspects(name))
