@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +104,7 @@ class ModelTuneReport:
             eager = f"{s.eager_ms:9.3f}" if s.eager_ms is not None else f"{'-':>9}"
             vs_eager = f"{s.vs_eager:8.3f}x" if s.vs_eager is not None else f"{'-':>9}"
             lines.append(f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x")
-        lines += [
-            f"served as before {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster so" for d in self.demoted
-        ]
+        lines += [f"served as before {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster so" for d in self.demoted]
         lines += [
             f"undone {u.step}: {u.vs_before:.3f}x of before with no single cause, its {u.problems} changed "
             f"problem{'s' if u.problems != 1 else ''} served as before"
