@@ -126,7 +126,10 @@ class Autotuned(KernelInterface[Any]):
             )
         elif self.stored.stale(problem):
             self.stats.stale += 1
-        measured = self.searcher.measure(self.stored, call, problem)
+        pruned = self.searcher.prune(call) if self.candidates.space is None else None
+        if pruned is not None and len(pruned) == 1 and self.searcher.reference is None:
+            return pruned[0]  # as triton.autotune: the one config pruning leaves is launched, not benchmarked
+        measured = self.searcher.measure(self.stored, call, problem, pruned)
         self.stored.record(measured)  # merged with what is there; this process serves what it measured
         self.stats.measured += 1
         config = self.candidates.find(measured.config, problem, self.stored.device)
@@ -202,7 +205,9 @@ def autotune(
     post_hook: PostHook | None = None,
     warmup: float | None = None,
     rep: float | None = None,
+    use_cuda_graph: bool = False,
     do_bench: DoBench | None = None,
+    cache_results: bool = False,
     *,
     space: SearchSpace | None = None,
     reference: Reference | None = None,
@@ -212,7 +217,8 @@ def autotune(
     databases: Sequence[Path | str] = (),
     inputs: Inputs | None = None,
 ) -> Callable[[Any], Autotuned]:
-    """Decorate a `@triton.jit` function as `triton.autotune` does (same arguments), with tunekit's store behind it.
+    """Decorate a `@triton.jit` function as `triton.autotune` does (same arguments, in its order), with tunekit's store
+    behind it. `cache_results` is accepted and always on: the store keeps every key's best across processes.
 
     tunekit's own arguments (keyword-only):
     - `space`: a tunekit SearchSpace (parameters and rules) instead of `configs`, searched with Optuna for `trials`
@@ -238,7 +244,7 @@ def autotune(
             fn,
             candidates,
             hooks,
-            make_timer(do_bench, warmup, rep),
+            make_timer(do_bench, warmup, rep, use_cuda_graph),
             reference,
             dict(tolerances or DEFAULT_TOLERANCES),
             prune_configs_by,

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import triton.language as tl
+
 from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.core.space import Value
 
@@ -55,12 +57,14 @@ class KeyMaker:
             return value
         if isinstance(value, float) or value is None:
             return repr(value)
+        if isinstance(value, tl.dtype):  # a constexpr dtype argument (`DTYPE=tl.float32`)
+            return str(value)
         if hasattr(value, "dtype") and hasattr(value, "shape"):
             raise InvalidInputError(
                 f"{self.kernel}: key argument {name!r} is a tensor; key on a size argument instead (a tensor's value "
                 "is not a tuning key)"
             )
         raise InvalidInputError(
-            f"{self.kernel}: key argument {name!r} must be an int, bool, str, float or None, but got "
+            f"{self.kernel}: key argument {name!r} must be an int, bool, str, float, None or a tl.dtype, but got "
             f"{type(value).__name__}"
         )

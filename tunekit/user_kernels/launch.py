@@ -23,6 +23,7 @@ class Call:
     named: dict[str, Any]
     extra: dict[str, Any]  # keyword arguments that are not kernel arguments (launch options, ...)
     grid: Any
+    by_keyword: frozenset[str] = frozenset()  # the kernel arguments passed by name
 
     @classmethod
     def bind(
@@ -32,10 +33,17 @@ class Call:
         extra: dict[str, Any] = {}
         for name, value in kwargs.items():
             (named if name in arg_names else extra)[name] = value
-        return cls(kernel, named, extra, grid)
+        return cls(kernel, named, extra, grid, frozenset(kwargs) & frozenset(arg_names))
 
     def with_named(self, named: dict[str, Any]) -> Call:
-        return Call(self.kernel, named, self.extra, self.grid)
+        return Call(self.kernel, named, self.extra, self.grid, self.by_keyword)
+
+    def as_triton_passes(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the arguments passed by position, by name; the keywords), as triton.autotune hands them to
+        `early_config_prune(configs, named_args, **kwargs)`."""
+        positional = {k: v for k, v in self.named.items() if k not in self.by_keyword}
+        keywords = {k: v for k, v in self.named.items() if k in self.by_keyword}
+        return positional, {**keywords, **self.extra}
 
     def meta(self, config: TritonConfig) -> dict[str, Any]:
         """The keyword arguments of a launch under `config`; a meta-parameter given both ways is refused, as
@@ -64,10 +72,11 @@ class Hooks:
             self.pre_hook(nargs, reset_only=True) if reset_only else self.pre_hook(nargs)
             return
         for name in self.reset_to_zero:
-            nargs[name].zero_()
+            if nargs[name] is not None:  # an optional tensor passed as None
+                nargs[name].zero_()
         if not reset_only:
             self._copies.clear()
-            self._copies.update({name: nargs[name].clone() for name in self.restore_value})
+            self._copies.update({name: nargs[name].clone() for name in self.restore_value if nargs[name] is not None})
 
     def post(self, nargs: Mapping[str, Any], exception: BaseException | None) -> None:
         if self.post_hook is not None:

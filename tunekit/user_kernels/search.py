@@ -47,12 +47,25 @@ class DoBenchTimer:
         return float(result[0] if isinstance(result, (list, tuple)) else result)
 
 
-def make_timer(do_bench: DoBench | None, warmup: float | None, rep: float | None) -> Timer:
+def make_timer(
+    do_bench: DoBench | None, warmup: float | None, rep: float | None, use_cuda_graph: bool = False
+) -> Timer:
+    """triton.autotune's timer: on a GPU, `use_cuda_graph` or `warmup`/`rep` (its older interface) take precedence
+    over `do_bench`, as there. In the interpreter there is no GPU timer: `do_bench`, else wall-clock time."""
+    if not backend.INTERPRETED:
+        if use_cuda_graph:
+            return DoBenchTimer(functools.partial(_cuda_graph_bench, rep=rep or 100.0))
+        if warmup is not None or rep is not None:
+            return CudaEventTimer(warmup_ms=warmup or 25.0, rep_ms=rep or 100.0)
     if do_bench is not None:
         return DoBenchTimer(do_bench)
-    if not backend.INTERPRETED and (warmup is not None or rep is not None):
-        return CudaEventTimer(warmup_ms=warmup or 25.0, rep_ms=rep or 100.0)
     return default_timer()
+
+
+def _cuda_graph_bench(fn: Callable[[], object], quantiles: Any, rep: float) -> Any:
+    import triton.testing
+
+    return triton.testing.do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
 
 
 @dataclass
@@ -70,8 +83,11 @@ class Searcher:
     trials: int
     count: Callable[[int], None] = field(default=lambda n: None)  # benchmarks run, for the kernel's counters
 
-    def measure(self, stored: StoredKernel, call: Call, problem: dict[str, Value]) -> Entry:
-        """The best candidate for `call`'s problem, as an entry (not yet stored). Raises one line when none works."""
+    def measure(
+        self, stored: StoredKernel, call: Call, problem: dict[str, Value], pruned: list[TritonConfig] | None = None
+    ) -> Entry:
+        """The best candidate for `call`'s problem, as an entry (not yet stored); a config list's `pruned` configs
+        when already pruned. Raises one line when none works."""
         by_id = self.candidates.by_id()
         spec = user_spec(
             self.name,
@@ -89,7 +105,7 @@ class Searcher:
             return self._search(spec, stored, problem)
         records: list[TrialRecord] = []
         device = _device_of(call)
-        for config in self.prune(call):
+        for config in self.prune(call) if pruned is None else pruned:
             data = as_dict(config)
             try:
                 wrong = verify_config(spec, data, problem, device, seed=1) if self.reference is not None else None
@@ -109,19 +125,24 @@ class Searcher:
         return stored.entry(problem, best, records, self.timer.label)
 
     def prune(self, call: Call) -> list[TritonConfig]:
-        """triton.autotune's pruning: `early_config_prune(configs, named_args, **kwargs)`, then the `perf_model`'s
-        `top_k` (a fraction of the list when a float <= 1)."""
+        """triton.autotune's pruning: `early_config_prune(configs, named_args, **kwargs)` (the arguments passed by
+        position, then those passed by name), then the `perf_model`'s `top_k` (a float <= 1: that fraction of the
+        configs left, at least one)."""
         configs = list(self.candidates.configs)
         options = dict(self.prune_configs_by or {})
         early = options.get("early_config_prune")
         if early is not None:
-            configs = list(early(configs, call.named, **call.extra))
+            named_args, kwargs = call.as_triton_passes()
+            configs = list(early(configs, named_args, **kwargs))
             if not configs:
-                raise TunekitError(f"{self.name}: early_config_prune left no config; it must return at least one")
+                raise TunekitError(
+                    f"{self.name}: No valid autotuner configs after pruning. `early_config_prune` should return at "
+                    "least one config"
+                )
         perf_model, top_k = options.get("perf_model"), options.get("top_k", 1.0)
         if perf_model is not None:
             if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = int(len(self.candidates.configs) * top_k)
+                top_k = max(1, int(len(configs) * top_k))
             if not isinstance(top_k, int):
                 raise TunekitError(f"{self.name}: prune_configs_by top_k must be an int or a float <= 1, got {top_k!r}")
             if len(configs) > top_k:
