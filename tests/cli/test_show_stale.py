@@ -31,10 +31,10 @@ def test_entries_of_other_problem_fields_render_as_stale(toy, device):
         for problem in ODD_PROBLEMS:
             key = CacheKey.make("toy", "0123456789abcdef", fp.key, problem)
             store.put(Entry(key, good.config, 2.0, good.device, good.provenance, good.trials))
-    result = cli("show", "--no-shipped")
+    result = cli("show", "--no-shipped", "--all-devices")
     assert result.exit_code == 0, (result.output, result.exception)
     assert "columns=32" in result.output and "rows=eight" in result.output
-    result = cli("show", "--json", "--no-shipped")
+    result = cli("show", "--json", "--no-shipped", "--all-devices")
     assert result.exit_code == 0, (result.output, result.exception)
     shown = json.loads(result.output)["entries"]
     assert len(shown) == 1 + len(ODD_PROBLEMS)

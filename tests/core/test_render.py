@@ -75,7 +75,7 @@ def test_show_prints_hostile_stored_text_as_itself(toy, tmp_path):
     with Store() as store:
         for data in _hostile_entries(toy, in_problem=True):
             store.put(Entry.from_json(data))
-    for args in (["show"], ["show", "--kernel", "toy"]):
+    for args in (["show", "--all-devices"], ["show", "--kernel", "toy", "--all-devices"]):  # other devices' entries
         result = cli(*args)
         assert result.exit_code == 0, result.output
         assert ESC not in result.output and "\x07" not in result.output and "\u202e" not in result.output

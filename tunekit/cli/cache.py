@@ -27,10 +27,14 @@ def show(
     shipped: Annotated[
         bool, typer.Option("--shipped/--no-shipped", help="Also list the entries of the shipped databases.")
     ] = True,
+    all_devices: Annotated[
+        bool, typer.Option("--all-devices", help="Also list other devices' entries (they never serve here).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """What the cache and the shipped databases hold, and which dispatch layer serves each problem on this device;
-    with --kernel and --shape, which layer serves that problem."""
+    """What the cache and the shipped databases hold for this device, and which dispatch layer serves each problem
+    here (other devices' entries are counted; --all-devices lists them); with --kernel and --shape, which layer
+    serves that problem."""
     import json
 
     from tunekit.cli.views import device_json
@@ -58,8 +62,15 @@ def show(
             return
         if kernel is not None and not is_user_kernel(kernel):
             get_spec(kernel)  # an unknown name fails with the list of valid ones
-        listed = list_entries(store, device, kernel, shipped)
+        listed = list_entries(store, device, kernel, shipped, all_devices)
         users = user_entries(store, kernel)
+    others = dict(listed.other_devices)
+    if not all_devices:
+        for e in users:
+            if e.key.device_key != device.key:
+                name = plain(e.device.get("name", "?"))
+                others[name] = others.get(name, 0) + 1
+        users = [e for e in users if e.key.device_key == device.key]
     if json_out:
         document = {
             "device": device_json(device),
@@ -67,6 +78,7 @@ def show(
             "entries": [e.to_json() for e in listed.entries],
             "unknown_kernels": listed.unknown,
             "user_kernels": user_entries_json(users),
+            "other_devices": others,  # entries not listed (without --all-devices), by device name
         }
         print(json.dumps(document, indent=1, default=str))
         return
@@ -78,9 +90,14 @@ def show(
     show_user_entries(users, device)
     counts = {source: sum(e.source == source for e in listed.entries) for source in ("cache", "shipped")}
     summary = f"{counts['cache']} {_entries(counts['cache'])} in the cache"
+    summary += "" if all_devices else " for this device"
     summary += f", {counts['shipped']} shipped" if shipped else " (shipped entries hidden by --no-shipped)"
     if listed.unknown:
         summary += f"; {listed.unknown} {_entries(listed.unknown)} of kernels this tunekit does not know, not listed"
+    if others:
+        n = sum(others.values())
+        by_device = ", ".join(f"{name}: {count}" for name, count in sorted(others.items()))
+        summary += f"; {n} {_entries(n)} of other devices not listed ({by_device}), --all-devices lists them"
     say(summary)
 
 

@@ -203,6 +203,8 @@ class ShownEntry:
 class Listing:
     entries: list[ShownEntry]
     unknown: int  # entries of kernels this tunekit does not register (not listed)
+    # Entries of other devices, not listed (`show` without --all-devices), counted by device name.
+    other_devices: dict[str, int]
 
 
 def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFingerprint, store: Store) -> str:
@@ -216,9 +218,12 @@ def served_layer(spec: KernelSpec, problem: dict[str, Any], device: DeviceFinger
     return resolve(spec, problem, device, store).layer
 
 
-def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, shipped: bool) -> Listing:
+def list_entries(
+    store: Store, device: DeviceFingerprint, kernel: str | None, shipped: bool, all_devices: bool = False
+) -> Listing:
     """The cache's entries, then (with `shipped`) the shipped databases', each with the dispatch layer that serves
-    its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would)."""
+    its problem on `device` (tunekit.runtime.dispatch.resolve, as an op call would). Without `all_devices`, only
+    the entries that are `device`'s (its own, or its GPU model's under another Triton); the others are counted."""
     from tunekit.core.errors import UnknownKernelError
     from tunekit.core.registry import get_spec
     from tunekit.runtime import version_policy
@@ -236,6 +241,7 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
         )
     listed: list[ShownEntry] = []
     unknown = 0
+    others: dict[str, int] = {}
     served: dict[tuple[str, Any], str] = {}
     for source, entries in sources:
         for e in entries:
@@ -246,13 +252,17 @@ def list_entries(store: Store, device: DeviceFingerprint, kernel: str | None, sh
             except UnknownKernelError:
                 unknown += 1
                 continue
+            why_not = why_not_served(e, device)
+            if why_not == "another device" and not all_devices:
+                name = printable(e.device.get("name", "?"))
+                others[name] = others.get(name, 0) + 1
+                continue
             problem = dict(e.key.problem)
             layer = served.get((e.key.kernel, e.key.problem))
             if layer is None:
                 with version_policy.no_checks():  # show reports what was checked; it runs nothing
                     layer = served[(e.key.kernel, e.key.problem)] = served_layer(spec, problem, device, snapshot)
-            why_not = why_not_served(e, device)
             if source == "shipped" and why_not.startswith("stale: measured") and e.key.source_hash == spec.source_hash:
                 why_not = version_policy.describe(e, device)
             listed.append(ShownEntry(source, spec, e, why_not, layer))
-    return Listing(listed, unknown)
+    return Listing(listed, unknown, others)
