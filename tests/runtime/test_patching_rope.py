@@ -66,6 +66,7 @@ def test_rope_runs_on_tunekit_and_unpatch_restores(build, fused_calls: int, rope
     report = patch(model)
     assert _kinds(report)["RoPE (by probe)"] == 2  # one per attention module
     assert patch(model).swapped == []
+    rope_calls.clear()  # patch checked the op on the model's dtypes
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, expected, atol=1e-4, rtol=1e-4)
     # Llama's calls reach the op; GPT-NeoX's partial rotary (cos narrower than q) keeps its own function.
@@ -133,3 +134,46 @@ def test_only_what_computes_rope_is_replaced(impostor, monkeypatch: pytest.Monke
     monkeypatch.setattr(sys.modules[__name__], "rope", _true_rope)
     found = patching_rope.rope_forward(_Attention())
     assert found is not None and found[1] == ["rope"]
+
+
+# ------------------------------------------------------------------------------- dtypes as the model passes them
+
+
+def _olmo2(dtype: torch.dtype) -> torch.nn.Module:
+    config = transformers.Olmo2Config(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.Olmo2ForCausalLM(config).to(dtype)
+
+
+def test_mixed_dtype_rope_keeps_the_models_cast_back() -> None:
+    # OLMo-2's rotary embedding hands fp32 cos and sin to bf16 q and k, and its apply_rotary_pos_emb casts the
+    # result back to q's dtype: the swapped function must return what the model's own returns (bf16), or the
+    # attention after it meets fp32 queries and bf16 values.
+    attention = _olmo2(torch.bfloat16).model.layers[0].self_attn
+    reference = copy.deepcopy(attention)
+    found = patching_rope.rope_forward(attention)
+    assert found is not None and found[1] == ["apply_rotary_pos_emb"]
+    attention.forward = found[0]
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 5, 64, generator=generator).bfloat16()
+    cos, sin = torch.randn(2, 5, 16, generator=generator), torch.randn(2, 5, 16, generator=generator)
+    with torch.no_grad():
+        expected, _ = reference(hidden, (cos, sin), None)
+        got, _ = attention(hidden, (cos, sin), None)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    assert torch.equal(got, expected)
+
+
+def test_olmo2_in_bf16_patches_and_runs_as_unpatched() -> None:
+    model = _olmo2(torch.bfloat16).eval()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(3, VOCAB, (2, 9))
+    report = patch(model)
+    with torch.no_grad():
+        got, expected = model(ids).logits, reference(ids).logits
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), atol=5e-2, rtol=5e-2)
+    assert any("RoPE" in why and "float32" in why for _, why in report.skipped), str(report)

@@ -19,7 +19,11 @@ What is swapped, and how each is recognized (by structure and by checking numeri
   fusion is undone.
 The probes (patching_probes) run in eval mode with constant parameters randomized, so a module that matches only
 at its initial values is not taken. Calls the kernels cannot take (another dtype or device, mixed dtypes,
-autocast) run the module's own forward, or torch's for torch's modules.
+autocast) run the module's own forward, or torch's for torch's modules. A swap decided by probing (norms and
+projections by structure, RoPE, the loss) also runs tunekit's code only for call signatures where its output
+conforms to the original's (patching_guard: the same dtype, shape, layout class and device, checked for the
+model's dtypes at patch time and at the first call of any other signature); the report lists the others as
+skipped, with the reason.
 
 A swap sets the instance's `forward` (the class is never touched) and marks the module, so patching twice changes
 nothing and `unpatch` restores every module and activation exactly.
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tunekit.integrations.patching_fusion import fuse_in, unfuse
+from tunekit.integrations.patching_guard import CallGuard, check_module_dtypes, guarded_forward
 from tunekit.integrations.patching_kinds import classify
 from tunekit.integrations.patching_loss import patch_loss, unpatch_loss
 from tunekit.integrations.patching_rope import rope_forward
@@ -43,6 +48,7 @@ _MARK = "_tunekit_patch"  # on a swapped module: what it was swapped as
 _SWAP_ATTRS = ("forward", "_tunekit_norm")
 _ROPE = "RoPE (by probe)"
 _LOSS = "next-token loss (by probe)"  # what a swap sets on the instance besides the mark
+_SHOWN_PATHS = 3  # per reason, in the report's text
 
 
 @dataclass
@@ -56,7 +62,15 @@ class PatchReport:
         for _, kind in self.swapped:
             kinds[kind] = kinds.get(kind, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "nothing"
-        return f"tunekit.patch: swapped {parts}; fused {len(self.fused)} activations; skipped {len(self.skipped)}"
+        fused = f"{len(self.fused)} activation{'' if len(self.fused) == 1 else 's'}"
+        lines = [f"tunekit.patch: swapped {parts}; fused {fused}; skipped {len(self.skipped)}"]
+        by_reason: dict[str, list[str]] = {}
+        for path, why in self.skipped:
+            by_reason.setdefault(why, []).append(path or "<model>")
+        for why, paths in by_reason.items():
+            more = f" and {len(paths) - _SHOWN_PATHS} more" if len(paths) > _SHOWN_PATHS else ""
+            lines.append(f"  skipped {', '.join(paths[:_SHOWN_PATHS])}{more}: {why}")
+        return "\n".join(lines)
 
 
 def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
@@ -66,7 +80,12 @@ def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
         report.skipped.append((path, found))
     elif found is not None:
         module.__dict__.update(found.attrs)
-        module.__dict__["forward"] = types.MethodType(found.forward, module)
+        forward = found.forward
+        if found.probed_width is not None:
+            guard = CallGuard(path, found.kind, report.skipped)
+            check_module_dtypes(module, forward, guard, found.probed_width)
+            forward = guarded_forward(forward, guard)
+        module.__dict__["forward"] = types.MethodType(forward, module)
         module.__dict__[_MARK] = found.kind
         report.swapped.append((path, found.kind))
 
@@ -91,11 +110,13 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
         if module.__dict__.get(_MARK) is None and not any(True for _ in module.children()):
             _swap_leaf(module, path, report)
     for path, module in list(model.named_modules()):
-        found = None if module.__dict__.get(_MARK) is not None else rope_forward(module)
+        guard = CallGuard(path, _ROPE, report.skipped)
+        found = None if module.__dict__.get(_MARK) is not None else rope_forward(module, guard)
         if found is not None:
             module.__dict__["forward"], module.__dict__[_MARK] = found[0], _ROPE
             report.swapped.append((path, _ROPE))
-    if patch_loss(model):  # the model's own loss (a submodule's loss_function is never called for it)
+    # the model's own loss (a submodule's loss_function is never called for it)
+    if patch_loss(model, CallGuard("", _LOSS, report.skipped)):
         report.swapped.append(("", _LOSS))
     if fuse_activations:
         shared = _held_twice(model)

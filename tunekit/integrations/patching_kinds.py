@@ -35,6 +35,7 @@ class Swap:
     kind: str
     forward: Callable[..., Any]
     attrs: dict[str, object] = field(default_factory=dict)
+    probed_width: int | None = None  # decided by probing on inputs this wide: guarded at the call (patching_guard)
 
 
 def _own_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -84,7 +85,8 @@ def _found_norm(module: torch.nn.Module) -> Swap | None:
                 return y if bias is None else y + bias.float()
 
             if computes(module, weight.shape[0], weight, formula):
-                return Swap(kind, tk_nn.found_norm_forward, {"_tunekit_norm": (statistics, eps, offset)})
+                attrs: dict[str, object] = {"_tunekit_norm": (statistics, eps, offset)}
+                return Swap(kind, tk_nn.found_norm_forward, attrs, probed_width=weight.shape[0])
     return None
 
 
@@ -99,7 +101,9 @@ def _found_input_by_output_projection(module: torch.nn.Module) -> Swap | None:
         return None
     with probing(module):
         found = computes(module, weight.shape[0], weight, lambda x: torch.addmm(bias.float(), x, weight.float()))
-    return Swap("Linear [in, out] (by structure)", tk_nn.matmul_forward) if found else None
+    if not found:
+        return None
+    return Swap("Linear [in, out] (by structure)", tk_nn.matmul_forward, probed_width=weight.shape[0])
 
 
 def _near_miss(module: torch.nn.Module) -> str | None:

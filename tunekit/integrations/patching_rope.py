@@ -19,22 +19,32 @@ from typing import Any
 import torch
 
 from tunekit import ops
+from tunekit.integrations.patching_guard import CallGuard, Signature, compare, dtypes_of, signature
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
 _computes_rope: dict[Callable[..., Any], bool] = {}  # a function shared by every layer is probed once
+# Why the op does not stand in for a RoPE function on probes of one dtype combination (None: it does), per
+# function and call signature: probed once for every layer that calls the function.
+_conformance: dict[tuple[Callable[..., Any], Signature], str | None] = {}
 
 
-def rope_forward(module: torch.nn.Module) -> tuple[Callable[..., Any], list[str]] | None:
-    """(the instance forward computing RoPE on tunekit's op, the global names replaced), or None."""
+def rope_forward(
+    module: torch.nn.Module, guard: CallGuard | None = None
+) -> tuple[Callable[..., Any], list[str]] | None:
+    """(the instance forward computing RoPE on tunekit's op, the global names replaced), or None. `guard` keeps
+    the verdicts per call signature (a new one when not given)."""
     forward = getattr(type(module), "forward", None)
     if not isinstance(forward, types.FunctionType) or "forward" in module.__dict__:
         return None  # a wrapped forward (its code calls the inner function) or one replaced on the instance
     names = [name for name in forward.__code__.co_names if _is_rope(forward.__globals__.get(name))]
     if not names:
         return None
+    guard = guard or CallGuard("", "RoPE")
     scope = dict(forward.__globals__)
-    scope.update({name: _fused(forward.__globals__[name]) for name in names})
+    scope.update({name: _fused(forward.__globals__[name], guard) for name in names})
+    for name in names:
+        _check_model_dtypes(forward.__globals__[name], module, guard)
     patched = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
     patched.__kwdefaults__ = forward.__kwdefaults__
     patched.__qualname__, patched.__doc__ = forward.__qualname__, forward.__doc__
@@ -42,7 +52,11 @@ def rope_forward(module: torch.nn.Module) -> tuple[Callable[..., Any], list[str]
     def rope_on_tunekit(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         # Compiled with RoPE not swapped: the class's own forward, so the graph is compile alone's (dynamo also
         # cannot guard on globals of a function whose globals are not its module's).
-        own = forward if traces_as_model_code("rotary_embedding") else patched
+        # A function swapped in a copy of the globals is no place for per-call checks under dynamo (it cannot
+        # guard on that function's closure): compiled, a module with a signature the op does not conform for
+        # runs its own code throughout.
+        mismatched = torch.compiler.is_compiling() and guard.mismatched
+        own = forward if mismatched or traces_as_model_code("rotary_embedding") else patched
         return own(self, *args, **kwargs)
 
     return types.MethodType(rope_on_tunekit, module), names
@@ -87,14 +101,56 @@ def _same_width(*tensors: Any) -> bool:
     return all(isinstance(t, torch.Tensor) for t in tensors) and len({t.shape[-1] for t in tensors}) == 1
 
 
-def _fused(original: Callable[..., Any]) -> Callable[..., Any]:
+def _what(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> str:
+    return f"q, k, cos, sin of {dtypes_of(q, k, cos, sin)}"
+
+
+def _fused(original: Callable[..., Any], guard: CallGuard) -> Callable[..., Any]:
     def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *args: Any, **kwargs: Any) -> Any:
         # Only calls of the probed form: (q, k, cos, sin[, unsqueeze_dim]) with cos and sin as wide as q and k
-        # (a partial rotary, GPT-NeoX's, splits q itself); anything else runs as it did.
+        # (a partial rotary, GPT-NeoX's, splits q itself), of a signature where the op conforms to the original;
+        # anything else runs as it did.
         probed_form = not args and not set(kwargs) - {"unsqueeze_dim"}
         if not probed_form or not _same_width(q, k, cos, sin):
             return original(q, k, cos, sin, *args, **kwargs)
-        return ops.rotary_embedding(q, k, cos, sin, kwargs.get("unsqueeze_dim", 1))
+        unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
+        if torch.compiler.is_compiling():  # checked by the instance forward (rope_on_tunekit)
+            return ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+        sig = signature(q, k, cos, sin, unsqueeze_dim)
+        runs = guard.verdict(sig)
+        if runs is None:
+            runs = guard.check(
+                sig,
+                lambda: ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim),
+                lambda: original(q, k, cos, sin, **kwargs),
+                lambda: _what(q, k, cos, sin),
+            )
+        if runs:
+            return ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+        return original(q, k, cos, sin, **kwargs)
 
     rotary_embedding.__wrapped__ = original  # type: ignore[attr-defined]
     return rotary_embedding
+
+
+def _check_model_dtypes(original: Callable[..., Any], module: torch.nn.Module, guard: CallGuard) -> None:
+    """Seed `guard` with the verdicts for the dtypes a model in the module's dtype passes: q, k, cos and sin all in
+    it, and cos and sin in fp32 (rotary embeddings that compute them in fp32 and leave them so)."""
+    like = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if like is None or like.device.type == "meta":
+        return
+    generator = torch.Generator().manual_seed(0)
+    q, k, cos, sin = (torch.randn(s, generator=generator) for s in (*_PROBE_SHAPES, _PROBE_SHAPES[2]))
+    q, k = q.to(like), k.to(like)
+    for angles in dict.fromkeys((like.dtype, torch.float32)):
+        c, s = cos.to(like.device, angles), sin.to(like.device, angles)
+        sig = signature(q, k, c, s, 1)
+        key = (original, sig)
+        if key not in _conformance:
+            try:
+                _conformance[key] = compare(
+                    lambda c=c, s=s: ops.rotary_embedding(q, k, c, s), lambda c=c, s=s: original(q, k, c, s)
+                )
+            except Exception:  # the original fails on this probe: its first real call of the kind decides
+                continue
+        guard.decide(sig, _what(q, k, c, s), _conformance[key])
