@@ -59,6 +59,14 @@ class _OneLineGroup(TyperGroup):
             return code
         sys.exit(code if isinstance(code, int) else 0)
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its whole summary (click cuts one to what fits beside the names, mid-sentence); one
+        that does not fit the width wraps between words."""
+        rows = [(name, cmd.short_help or "") for name, cmd in self.commands.items() if not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="tunekit",
@@ -106,6 +114,12 @@ def interpreter_note() -> None:
         )
 
 
+def error_line(message: object) -> None:
+    """One `error:` line on stderr: what the boundary prints, and what a command that goes on past one bad item of
+    many (a plan's line) prints for each."""
+    err_console.print(f"error: {plain(message)}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
     """The error boundary: a known error is one line on stderr and exit code 1 (TUNEKIT_DEBUG=1: traceback)."""
 
@@ -116,17 +130,17 @@ def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
         except TunekitError as exc:
             if settings.debug():
                 raise
-            err_console.print(f"error: {plain(exc)}", markup=False, highlight=False, soft_wrap=True)
+            error_line(exc)
             raise typer.Exit(1) from None
 
     return wrapper
 
 
-def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register `fn` as the command `name`, inside the error boundary."""
+def command(name: str, summary: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register `fn` as the command `name`, inside the error boundary; `tunekit --help` lists it with `summary`."""
 
     def register(fn: Callable[..., None]) -> Callable[..., None]:
-        return app.command(name)(_one_line_errors(fn))
+        return app.command(name, short_help=summary)(_one_line_errors(fn))
 
     return register
 
