@@ -196,8 +196,8 @@ def test_a_slower_step_with_no_single_cause_has_its_changes_served_as_before() -
     ((undone),) = report.undone
     assert undone.step == "train" and undone.vs_before == pytest.approx(10.0 / 10.3) and undone.problems >= 2
     (step,) = report.steps
-    assert step.vs_before == pytest.approx(1.0)  # timed again: now as before
-    assert "undone train" in report.table()
+    assert step.vs_before == pytest.approx(1.0) and step.as_before  # timed again: the same serving both ways
+    assert "undone train" in report.table() and "served as before: a control" in report.table()
     with Store() as store:
         for which in ("slow", "fast"):
             served = resolve(spec, spec.problem_dict(planted[which]), device, store)
@@ -252,3 +252,24 @@ def test_a_problem_torch_served_before_is_demoted_and_one_with_an_earlier_entry_
         second = store.get(keys[1])
     assert first.layer == "demoted" and DEMOTED in first.entry.provenance
     assert second is not None and second.config == dict(configs[0]) and second.provenance == {"strategy": "earlier"}
+
+
+def test_a_step_served_as_before_is_reported_as_a_control() -> None:
+    model = _model()
+    x = torch.randn(24, 32)
+    planted: dict = {}
+
+    def fake_timer(call, reps: int) -> float:
+        call()
+        memo = dispatcher("gemm").memo
+        return 10.3 if planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]] else 10.0
+
+    def prefill(m: torch.nn.Module) -> None:
+        with torch.no_grad():
+            m(x)
+
+    report = tune_model(model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1)
+    (step,) = report.steps
+    # the slow entry is served as before (a culprit); the fast one stays changed, so this is no control
+    assert len(report.demoted) == 1 and not step.as_before
+    assert "a control" not in report.table()
