@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,9 +34,16 @@ if TYPE_CHECKING:
 
 
 def tune_through_queue(
-    work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, submit: bool, workers: int | None, queue: str
+    work_list: list[tuple[KernelSpec, Problem]],
+    options: TuneOptions,
+    submit: bool,
+    workers: int | None,
+    queue: str,
+    user_problems: Sequence[tuple[str, Problem]] = (),
 ) -> None:
-    """`tune --submit`: queue the problems as jobs; `tune --workers N`: also run N local workers, wait, print."""
+    """`tune --submit`: queue the problems as jobs; `tune --workers N`: also run N local workers, wait, print.
+    `user_problems` are a plan's problems of user kernels (tunekit.autotune), by import path: a worker imports the
+    kernel's module to tune one; this process never does."""
     from tunekit.fleet.jobs import Job
     from tunekit.fleet.queue import JobQueue
     from tunekit.fleet.workers import interleave_kernels, run_workers
@@ -47,7 +55,7 @@ def tune_through_queue(
     url = _queue_url(options.storage, submit)
     jobs = interleave_kernels(
         Job(
-            spec.name,
+            name,
             dict(problem),
             options.trials,
             options.sampler,
@@ -55,7 +63,7 @@ def tune_through_queue(
             options.timeout_s,
             options.early_stop,
         )
-        for spec, problem in work_list
+        for name, problem in [*((spec.name, p) for spec, p in work_list), *user_problems]
     )
     q = JobQueue(url, queue)
     added, skipped = q.submit(jobs)
@@ -103,17 +111,23 @@ def _storage_file(url: str) -> Path | None:
 
 
 def _print_job_results(work_list: list[tuple[KernelSpec, Problem]], statuses: list[JobStatus], title: str) -> None:
+    from tunekit.store.user_entries import user_problem_text
+
     specs = {spec.name: spec for spec, _ in work_list}
     cells = []
     for s in statuses:
-        spec = specs[s.job.kernel]
+        spec = specs.get(s.job.kernel)  # None: a user kernel's job, printed as data (its code is not imported here)
+        problem = spec.describe_problem(s.job.problem) if spec else user_problem_text(s.job.problem)
+        config = "-"
+        if s.entry:
+            config = config_text(spec, s.entry.config) if spec else user_problem_text(s.entry.config)
         cells.append(
             [
                 plain(s.job.kernel),
-                plain(spec.describe_problem(s.job.problem)),  # name=value joined by ",": a cell holds no space
+                plain(problem),  # name=value joined by ",": a cell holds no space
                 plain(f"{s.state}: {s.error}" if s.error else s.state),
                 f"{s.entry.time_ms:.4f}" if s.entry else "-",
-                plain(config_text(spec, s.entry.config).replace(" ", ",")) if s.entry else "-",
+                plain(config.replace(" ", ",")),
                 plain(s.worker),
             ]
         )

@@ -159,7 +159,7 @@ def tune(
     if submit or workers is not None:
         if force or json_out or budget is not None:
             raise TunekitError("--force, --budget and --json tune here: they do not go with --submit or --workers")
-        tune_through_queue(work_list, options, submit, workers, queue)
+        tune_through_queue(work_list, options, submit, workers, queue, plan_user_items(plan) if plan else [])
         return
     _tune_here(work_list, options, json_out, budget)
 

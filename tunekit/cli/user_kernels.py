@@ -6,15 +6,12 @@ names it explicitly by import path (`package.module:attribute`).
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.cli.app import say
-from tunekit.core.errors import TunekitError
 from tunekit.core.render import plain
+from tunekit.user_kernels.by_path import load_kernel
 
 if TYPE_CHECKING:  # torch: imported by the functions that need it, not when the CLI starts (`--help`, `--version`)
     from tunekit.core.device import DeviceFingerprint
@@ -48,35 +45,13 @@ def user_entries_json(entries: list[Entry]) -> list[dict[str, Any]]:
     return [e.to_json() for e in entries]
 
 
-def load_kernel(name: str) -> Any:
-    """The tunekit.autotune kernel at import path `name`: imported because a plan under `tune --plan` names it
-    (from the current directory, as `python -m` would, or from what is installed)."""
-    from tunekit.store.user_entries import check_import_path
-    from tunekit.user_kernels.decorator import Autotuned
-
-    module_name, _, attribute = check_import_path(name).partition(":")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` finds modules: the current directory, then what is installed
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise TunekitError(f"cannot load the user kernel {name}: {exc}") from None
-    if not isinstance(obj, Autotuned):
-        raise TunekitError(f"{name} is a {type(obj).__name__}, not a kernel decorated with tunekit.autotune")
-    return obj
-
-
 def tune_user_plan(items: list[tuple[str, dict[str, Any]]], force: bool, queued: bool) -> int:
     """Tune the plan's user-kernel problems (each kernel's `inputs=` builds a launch of the problem); one line each.
-    Fleet workers do not take them (yet): with --submit or --workers, a plan naming one is refused."""
+    With --submit or --workers nothing is tuned here: the fleet's workers take them."""
     from tunekit.store.user_entries import user_problem_text
 
-    if items and queued:
-        raise TunekitError(
-            f"fleet workers do not tune user kernels yet ({items[0][0]}): tune them here, without --submit/--workers"
-        )
+    if queued:
+        return 0  # with --submit or --workers they are jobs like the plan's other problems (tunekit.cli.fleet)
     for name, problem in items:
         kernel = load_kernel(name)
         entry, measured = kernel.tune(problem, force=force)

@@ -1,5 +1,6 @@
-"""Fleet workers: claim a job, tune it on this device (the one orchestration, tunekit.tuning.orchestrate), complete it
-with its entry; run several local workers, one per GPU."""
+"""Fleet workers: claim a job, tune it on this device (the one orchestration, tunekit.tuning.orchestrate; a user
+kernel's job by the kernel itself, imported by the path the job names), complete it with its entry; run several local
+workers, one per GPU."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tunekit.fleet.claims import Claim
 from tunekit.fleet.jobs import Job
 from tunekit.fleet.queue import IDLE_POLL_S, JobQueue
 from tunekit.store.entry import Entry
+from tunekit.store.user_entries import is_user_kernel
 from tunekit.tuning.phases import PHASES as PROBLEM_PHASES
 from tunekit.tuning.phases import PhaseTimes
 from tunekit.tuning.shared_bench import SharedBench
@@ -97,6 +99,8 @@ def run_job(
     from tunekit.core.registry import get_spec
     from tunekit.tuning.orchestrate import TuneOptions
 
+    if is_user_kernel(job.kernel):
+        return _run_user_job(job)
     times = times if times is not None else JobTimes()
     benches = bench if bench is not None else SharedBench()
     try:
@@ -121,6 +125,17 @@ def run_job(
     finally:
         if bench is None:
             benches.close()
+
+
+def _run_user_job(job: Job) -> tuple[Entry, TuneReport]:
+    """A user kernel's job (tunekit.autotune): the worker imports the module the job names, as `tune --plan` does
+    here, and the kernel tunes the problem into the working store (its own candidates, timer and checks; the job's
+    trials and sampler are tunekit's kernels')."""
+    from tunekit.tuning.tune_types import TuneReport
+    from tunekit.user_kernels.by_path import load_kernel
+
+    entry, measured = load_kernel(job.kernel).tune(job.problem)
+    return entry, TuneReport(entry, benchmarked=measured)
 
 
 def interleave_kernels(jobs: Iterable[Job]) -> list[Job]:
