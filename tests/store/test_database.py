@@ -12,7 +12,7 @@ from helpers import toy_entry
 from tunekit.core.device import fingerprint
 from tunekit.core.errors import DatabaseError
 from tunekit.runtime.dispatch import resolve
-from tunekit.store import atomic, database, document_reader
+from tunekit.store import atomic, bounded_file, database, document_reader
 from tunekit.store.database import (
     ImportResult,
     document,
@@ -193,59 +193,32 @@ def test_the_same_key_twice_is_refused_not_counted_twice(toy, tmp_path):
         assert len(store) == 0
 
 
-class _CountedOpen:
-    """open() for reading that records each read; `stream=True` makes the file look like a pipe (no size)."""
-
-    def __init__(self, monkeypatch, stream: bool) -> None:
-        self.reads: list[int] = []
-        self.stream = stream
-        real_open = open
-
-        def fake(path, mode="r", *args, **kwargs):
-            return _Counted(real_open(path, mode, *args, **kwargs), self)
-
-        monkeypatch.setattr("builtins.open", fake)
-
-
-class _Counted:
-    def __init__(self, f, counter: _CountedOpen) -> None:
-        self.f, self.counter = f, counter
-        self.null = os.open("/dev/null", os.O_RDONLY) if counter.stream else None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-        if self.null is not None:
-            os.close(self.null)
-
-    def fileno(self):
-        return self.null if self.null is not None else self.f.fileno()  # /dev/null: a device, no size
-
-    def read(self, n):
-        self.counter.reads.append(n)
-        return self.f.read(n)
-
-
 def test_a_document_over_the_cap_is_refused_before_it_is_read(toy, tmp_path, monkeypatch):
     sparse = tmp_path / "huge.json"
     with sparse.open("wb") as f:
         f.truncate(document_reader.MAX_DOCUMENT_BYTES + 1)
-    counted = _CountedOpen(monkeypatch, stream=False)
-    with pytest.raises(DatabaseError, match=r"huge.json is larger than 64 MiB, the most a tuning database may hold"):
+    monkeypatch.setattr(bounded_file, "read_capped", lambda *a: pytest.fail("read before its size was checked"))
+    with pytest.raises(DatabaseError, match=r"huge.json: larger than 64 MiB, the most tunekit reads from one file"):
         read_document(sparse)
-    assert counted.reads == []  # refused by its size: not a byte read
 
 
-def test_a_stream_is_read_up_to_the_cap_and_refused_there(toy, tmp_path, monkeypatch):
+def test_a_file_growing_as_it_is_read_is_read_up_to_the_cap_and_refused_there(toy, tmp_path, monkeypatch):
     monkeypatch.setattr(document_reader, "MAX_DOCUMENT_BYTES", 1000)
-    path = _write(tmp_path, json.dumps(document([toy_entry(toy, fingerprint(), 1.0)]), indent=4))
-    assert path.stat().st_size > 1000
-    counted = _CountedOpen(monkeypatch, stream=True)
+    path = _write(tmp_path, json.dumps(document([toy_entry(toy, fingerprint(), 1.0)])))
+    assert path.stat().st_size < 1000
+    real, read = bounded_file.read_capped, []
+
+    def grown(file, limit):  # the file grows past the cap after its size was checked
+        with open(path, "a") as f:
+            f.write(" " * 5000)
+        data = real(file, limit)
+        read.append(file.tell())
+        return data
+
+    monkeypatch.setattr(bounded_file, "read_capped", grown)
     with pytest.raises(DatabaseError, match=r"larger than 1000 bytes, the most"):
         read_document(path)
-    assert sum(counted.reads) == 1001  # one byte past the cap, no more
+    assert read == [1001]  # one byte past the cap, no more
 
 
 def test_a_document_is_read_with_bounded_memory(toy, tmp_path):

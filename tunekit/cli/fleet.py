@@ -16,6 +16,7 @@ from tunekit.cli.app import (
     ShapeOpt,
     console,
     err_console,
+    error_line,
     interpreter_note,
     say,
 )
@@ -343,23 +344,28 @@ def plan(
 
     from tunekit.cli.views import problem_text
     from tunekit.core.registry import get_spec
-    from tunekit.fleet.plans import read_plan
+    from tunekit.fleet.plans import read_plan_lines
     from tunekit.runtime.recorder import write_plan
     from tunekit.store.user_entries import is_user_kernel, user_problem_text
 
     if not kernel:
         if shape or dtype:
             raise TunekitError("--shape and --dtype go with --kernel (to write a plan)")
-        problems = read_plan(file)
+        lines = read_plan_lines(file)  # a bad line is named (one `error:` line each, exit 1); the rest listed
+        problems = lines.pairs()
         if json_out:
             listed = [{"kernel": name, "problem": dict(problem)} for name, problem in problems]
-            print(json.dumps({"plan": str(file), "problems": listed}, indent=1))
-            return
-        for name, problem in problems:
-            user = is_user_kernel(name)
-            described = user_problem_text(problem) if user else problem_text(get_spec(name), problem)
-            say(f"{plain(name)} {described}")
-        say(f"{counted(len(problems), 'problem')} in {plain(file)}")
+            print(json.dumps({"plan": str(file), "problems": listed, "refused": lines.refused}, indent=1))
+        elif problems:
+            for name, problem in problems:
+                user = is_user_kernel(name)
+                described = user_problem_text(problem) if user else problem_text(get_spec(name), problem)
+                say(f"{plain(name)} {described}")
+            say(f"{counted(len(problems), 'problem')} in {plain(file)}")
+        for refusal in lines.refused:
+            error_line(refusal)
+        if lines.refused:
+            raise typer.Exit(1)
         return
     dtypes: list[str | None] = list(dtype) if dtype else [None]
     pairs = [(k, p) for k in kernel for d in dtypes for p in kernel_problems(k, shape, d)]

@@ -32,6 +32,7 @@ def check_dtype(dtype: str | None) -> None:
 
 def kernel_problems(kernel: str, shapes: list[str] | None, dtype: str | None) -> list[Problem]:
     from tunekit.core.device import fingerprint
+    from tunekit.core.problems import check_fits
     from tunekit.core.registry import get_spec
 
     spec = get_spec(kernel)
@@ -40,4 +41,7 @@ def kernel_problems(kernel: str, shapes: list[str] | None, dtype: str | None) ->
         problems = spec.default_problems(fingerprint())
         return [dict(p, dtype=dtype) if dtype else dict(p) for p in problems]
     default_dtype = dtype or ("float32" if fingerprint().is_interpreter else "float16")
-    return [dict(spec.problem_from_shape(parse_shape(s), default_dtype)) for s in shapes]
+    problems = [dict(spec.problem_from_shape(parse_shape(s), default_dtype)) for s in shapes]
+    for problem in problems:  # refused here, in one line, not by the allocator once tuning has started
+        check_fits(spec, problem)
+    return problems

@@ -5,20 +5,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, err_console, say
+from tunekit.cli.app import DtypeOpt, JsonOpt, QueueOpt, ShapeOpt, console, err_console, error_line, say
 from tunekit.cli.fleet import tune_through_queue
 from tunekit.cli.problems import kernel_problems
-from tunekit.cli.user_kernels import plan_user_items, tune_user_plan
+from tunekit.cli.user_kernels import tune_user_plan
 from tunekit.cli.views import INTERPRETER_NOTE, TuneResult, printable, problem_text
 from tunekit.core.errors import TunekitError
 
 if TYPE_CHECKING:
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec
+    from tunekit.fleet.plans import PlanLines
+    from tunekit.store.store import Store
+    from tunekit.tuning.shared_bench import SharedBench
     from tunekit.tuning.tune_types import TuneOptions
 
 # tune's queue and isolation options, named here so that its signature stays a readable list.
@@ -70,18 +73,36 @@ EarlyStopOpt = Annotated[
 ]
 
 
+def _read_plan(plan: Path, kernel: str | None, shapes: list[str] | None, dtype: str | None, queued: bool) -> PlanLines:
+    """The plan's lines. A queue takes a whole plan or none of it: with --submit/--workers the plan is refused at its
+    first bad line, before anything is queued; tuned here, each bad line is named and the others run."""
+    from tunekit.fleet.plans import read_plan_lines
+
+    if kernel is not None or shapes or dtype:
+        raise TunekitError("give --plan, or --kernel with --shape/--dtype, not both (a plan names its problems)")
+    lines = read_plan_lines(plan)
+    if queued and lines.refused:
+        raise TunekitError(lines.refused[0])
+    return lines
+
+
+def _plan_first(lines: PlanLines, force: bool, queued: bool) -> int:
+    """Each refused plan line as one `error:` line (the others still run), then the plan's user kernels tuned
+    here (queued: left to the workers); how many of them failed."""
+    for refusal in lines.refused:
+        error_line(refusal)
+    return len(lines.refused) + tune_user_plan(lines.problems, force, queued)
+
+
 def _work_list(
-    kernel: str | None, shapes: list[str] | None, dtype: str | None, plan: Path | None
+    kernel: str | None, shapes: list[str] | None, dtype: str | None, plan: PlanLines | None
 ) -> list[tuple[KernelSpec, Problem]]:
-    """What `tune` works on: --kernel's shapes (or its default set), or every problem of a plan file."""
+    """What `tune` works on: --kernel's shapes (or its default set), or the plan's problems of tunekit's kernels."""
     from tunekit.core.registry import get_spec
-    from tunekit.fleet.plans import read_plan
     from tunekit.store.user_entries import is_user_kernel
 
     if plan is not None:
-        if kernel is not None or shapes or dtype:
-            raise TunekitError("give --plan, or --kernel with --shape/--dtype, not both (a plan names its problems)")
-        return [(get_spec(k), p) for k, p in read_plan(plan) if not is_user_kernel(k)]  # those: tune_user_plan
+        return [(get_spec(line.kernel), line.problem) for line in plan.problems if not is_user_kernel(line.kernel)]
     if kernel is None:
         raise TunekitError("tune needs --kernel (with --shape/--dtype) or --plan FILE")
     spec = get_spec(kernel)
@@ -140,10 +161,12 @@ def tune(
     from tunekit.tuning.samplers import make_sampler
     from tunekit.tuning.tune_types import TuneOptions
 
-    work_list = _work_list(kernel, shape, dtype, plan)
     queued = submit or workers is not None
-    if plan is not None and tune_user_plan(plan_user_items(plan), force, queued) and not work_list:
-        return
+    lines = _read_plan(plan, kernel, shape, dtype, queued) if plan is not None else None
+    work_list = _work_list(kernel, shape, dtype, lines)
+    failed = _plan_first(lines, force, queued) if lines is not None else 0
+    if lines is not None and not work_list and not (queued and lines.problems):
+        raise typer.Exit(1 if failed else 0)
     options = TuneOptions(
         trials=trials,
         timeout_s=timeout,
@@ -159,25 +182,30 @@ def tune(
     if submit or workers is not None:
         if force or json_out or budget is not None:
             raise TunekitError("--force, --budget and --json tune here: they do not go with --submit or --workers")
-        tune_through_queue(work_list, options, submit, workers, queue, plan_user_items(plan) if plan else [])
+        tune_through_queue(work_list, options, submit, workers, queue, lines.user_items() if lines else [])
         return
-    _tune_here(work_list, options, json_out, budget)
+    failed += _tune_here(work_list, options, json_out, budget, lines)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _tune_here(
-    work_list: list[tuple[KernelSpec, Problem]], options: TuneOptions, json_out: bool, budget: float | None = None
-) -> None:
-    """Tune here, one problem after another. Each result is printed as it finishes: a block on a terminal (with a
-    progress bar while it runs), one plain line otherwise, or all of them as one JSON document at the end."""
-    import json
+    work_list: list[tuple[KernelSpec, Problem]],
+    options: TuneOptions,
+    json_out: bool,
+    budget: float | None = None,
+    lines: PlanLines | None = None,
+) -> int:
+    """Tune here, one problem after another; returns how many failed. Each result is printed as it finishes: a block
+    on a terminal (with a progress bar while it runs), one plain line otherwise, or all of them as one JSON document
+    at the end. A problem whose tuning fails is one `error:` line naming it (and its plan line); the rest still run."""
     import time
 
     started = time.monotonic()  # a budget counts from here: optuna's import included
     from tunekit.core.device import fingerprint
-    from tunekit.store.key import CacheKey
+    from tunekit.runtime.recorder import plan_line
     from tunekit.store.store import Store
     from tunekit.tuning.bench import budget_timer, default_timer
-    from tunekit.tuning.phases import PhaseTimes
     from tunekit.tuning.plan_budget import PlanBudget, plan_runs
     from tunekit.tuning.shared_bench import SharedBench
 
@@ -185,7 +213,7 @@ def _tune_here(
     timer = budget_timer() if budget is not None else default_timer()
     terminal = console.is_terminal and not json_out
     visits: list[TuneResult] = []
-    results: dict[CacheKey, TuneResult] = {}  # each problem's last visit
+    failed: list[str] = []
     if not json_out:
         kernels = ", ".join(dict.fromkeys(spec.name for spec, _ in work_list))
         n = len(work_list)
@@ -196,49 +224,98 @@ def _tune_here(
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
     planned = PlanBudget(work_list, budget, started=started) if budget is not None else None
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
+    where = {plan_line(line.kernel, line.problem): line.where for line in lines.problems} if lines else {}
     with Store() as store, contextlib.closing(benches):
         for spec, problem, these in plan_runs(work_list, options, planned):
-            previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
-            stored = len(previous.trials) if previous is not None else 0
+            name = f"{spec.name} {problem_text(spec, problem)}"
             try:
-                with _progress(spec, problem, options.trials, stored, terminal, quiet=json_out) as advance:
-                    entry, report = benches.tune(spec, problem, device, these, store, on_trial=advance)
+                result = _tune_one(benches, spec, problem, (these, options.trials), store, terminal, json_out)
             except KeyboardInterrupt:
-                done = sum(not r.skipped for r in results.values())
-                err_console.print(
-                    f"interrupted: {done} of {len(work_list)} problems tuned and stored; "
-                    f"{spec.name} {problem_text(spec, problem)} kept the trials it measured (stored after each). "
-                    "Run the same command again to continue.",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                raise typer.Exit(130) from None
-            heuristic = dict(spec.heuristic(problem, device))
-            h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
-            result = TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
-            visits.append(result)
-            results[entry.key] = result  # a budget's second visit of a problem (tunekit.tuning.plan_budget) replaces
-            if json_out:
+                _interrupted(visits, len(work_list), name)
+            except TunekitError as exc:  # this problem only: named with its plan line, and the next one runs
+                place = where.get(plan_line(spec.name, problem))
+                failed.append(f"{place + ': ' if place else ''}{name}: {exc}")
+                error_line(failed[-1])
                 continue
-            for line in result.block() if terminal else [result.line()]:
-                say(line)
-    phases = PhaseTimes.summed(r.report.phases for r in visits)
+            visits.append(result)
+            if not json_out:
+                for line in result.block() if terminal else [result.line()]:
+                    say(line)
     unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in planned.unreached] if planned else []
+    _summary(visits, failed, unreached, json_out, budget, timer.label, store.directory)
+    return len(failed)
+
+
+def _tune_one(
+    benches: SharedBench,
+    spec: KernelSpec,
+    problem: Problem,
+    visit: tuple[TuneOptions, int],
+    store: Store,
+    terminal: bool,
+    quiet: bool,
+) -> TuneResult:
+    """One problem tuned into `store` (`visit`: this visit's options, and the trials its progress counts to)."""
+    from tunekit.core.device import fingerprint
+    from tunekit.store.key import CacheKey
+
+    device = fingerprint()
+    previous = store.get(CacheKey.make(spec.name, spec.source_hash, device.key, problem))
+    stored = len(previous.trials) if previous is not None else 0
+    these, trials = visit
+    with _progress(spec, problem, trials, stored, terminal, quiet=quiet) as advance:
+        entry, report = benches.tune(spec, problem, device, these, store, on_trial=advance)
+    heuristic = dict(spec.heuristic(problem, device))
+    h_ms = next((t.time_ms for t in entry.trials if t.config == heuristic and t.status == "ok"), None)
+    return TuneResult(spec, problem, report, entry, h_ms, device.is_interpreter)
+
+
+def _interrupted(visits: list[TuneResult], total: int, name: str) -> NoReturn:
+    done = sum(not r.skipped for r in {r.entry.key: r for r in visits}.values())
+    err_console.print(
+        f"interrupted: {done} of {total} problems tuned and stored; "
+        f"{name} kept the trials it measured (stored after each). Run the same command again to continue.",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(130) from None
+
+
+def _summary(
+    visits: list[TuneResult],
+    failed: list[str],
+    unreached: list[str],
+    json_out: bool,
+    budget: float | None,
+    timer: str,
+    cache: Path,
+) -> None:
+    """The run's last lines (or its JSON document): counts, the cache, problems --budget did not reach, phases."""
+    import json
+
+    from tunekit.core.device import fingerprint
+    from tunekit.tuning.phases import PhaseTimes
+
+    device = fingerprint()
+    results = {r.entry.key: r for r in visits}  # each problem's last visit: a budget's second visit replaces
+    phases = PhaseTimes.summed(r.report.phases for r in visits)
     if json_out:
         document = {
             "device": {"label": device.label, "key": device.key, "interpreter": device.is_interpreter},
-            "timer": timer.label,
+            "timer": timer,
             "note": INTERPRETER_NOTE if device.is_interpreter else None,
-            "cache": str(store.directory),
+            "cache": str(cache),
             "results": [r.to_json() for r in results.values()],
+            "failed": failed,  # "problem: why" (with its plan line) for each problem whose tuning failed
             "phases": phases.to_json(),  # seconds by phase over every problem (tunekit.tuning.phases)
             "unreached": unreached,  # problems --budget did not pay for (not tuned: torch serves them)
         }
         print(json.dumps(document, indent=1))
         return
     skipped = sum(r.skipped for r in results.values())
-    say(f"{len(results) - skipped} tuned, {skipped} already tuned; cache: {store.directory}")
+    failures = f", {len(failed)} failed (named above)" if failed else ""
+    say(f"{len(results) - skipped} tuned, {skipped} already tuned{failures}; cache: {cache}")
     if unreached:
         say(_unreached_note(budget, unreached))
     say(f"time by phase: {phases.describe()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -103,6 +104,21 @@ def fingerprint(index: int | None = None) -> DeviceFingerprint:
     if backend.INTERPRETED:
         return _interpreter_fingerprint()
     return _cuda_fingerprint(torch.cuda.current_device() if index is None else index)
+
+
+@functools.cache
+def memory_bytes() -> int:
+    """The memory problems' tensors live in: the current GPU's, or in the interpreter the host's (its physical
+    memory, less where a cgroup caps this process lower)."""
+    if not backend.INTERPRETED:
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2; "max" where there is no cap
+            capped = f.read().strip()
+    except OSError:
+        capped = ""
+    return min(host, int(capped)) if capped.isdigit() else host
 
 
 def all_fingerprints() -> list[DeviceFingerprint]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tunekit.core import backend
 from tunekit.core.errors import TunekitError
 from tunekit.core.render import brief
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 
-__all__ = ["MAX_SIZE", "field_types", "problem_error"]
+__all__ = ["MAX_SIZE", "check_fits", "field_types", "fit_error", "problem_error"]
 
 MAX_SIZE = 2**40  # no tensor dimension tunekit tunes comes near this (2^40 elements is 4 TiB of float32)
 _MAX_TEXT = 64
@@ -78,6 +79,38 @@ def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
     if error is not None:
         raise TunekitError(error)
     return dict(problem)
+
+
+def _size_text(size: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def fit_error(spec: KernelSpec, problem: Mapping[str, Value], memory: int | None = None) -> str | None:
+    """Why a (declared) problem cannot be tuned on this machine, or None: its tensors (what it reads and writes,
+    the spec's bytes_moved, a lower bound of what the tuner allocates) exceed the memory they would live in
+    (tunekit.core.device.memory_bytes unless `memory` is given: the GPU's, or the host's in the interpreter)."""
+    from tunekit.core.device import memory_bytes
+
+    available = memory_bytes() if memory is None else memory
+    needed = spec.bytes_moved(dict(problem))
+    if needed <= available:
+        return None
+    where = "the host's memory (kernels run in the interpreter)" if backend.INTERPRETED else "the GPU's memory"
+    return (
+        f"{spec.name} {spec.describe_problem(problem)} cannot fit: its tensors take {_size_text(needed)}, more than "
+        f"the {_size_text(available)} of {where}"
+    )
+
+
+def check_fits(spec: KernelSpec, problem: Mapping[str, Value]) -> None:
+    """fit_error as a one-line TunekitError."""
+    error = fit_error(spec, problem)
+    if error is not None:
+        raise TunekitError(error)
 
 
 def checked_items(plan: Iterable[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, dict[str, Value]]]:

@@ -41,14 +41,16 @@ def tune_plan(
     wall-time budget (tunekit.tuning.plan_budget) and its timer (tunekit.tuning.bench.budget_timer), with `early_stop`
     the model's stopping rule at that relative timing noise (TuneOptions.early_stop), with `precompile_threads`
     each problem's first configs compiled ahead on that many threads (tunekit.tuning.precompile), with `steps`
-    (each step's plan lines) the budget's weights per step. A problem whose tuning fails is counted and named;
-    the others are still tuned. The counts hold each problem's seconds by phase (tunekit.tuning.phases)."""
+    (each step's plan lines) the budget's weights per step. A plan line refused when read (named with its line)
+    and a problem whose tuning fails are counted as failed; the others are still tuned. The counts hold each
+    problem's seconds by phase (tunekit.tuning.phases)."""
     started = time.monotonic()  # a budget counts from here: optuna's import and the plan's reading included
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
-    from tunekit.fleet.plans import read_plan
+    from tunekit.fleet.plans import read_plan_lines
     from tunekit.runtime.recorder import plan_line
     from tunekit.store.store import Store
+    from tunekit.store.user_entries import is_user_kernel
     from tunekit.tuning.bench import budget_timer
     from tunekit.tuning.orchestrate import TuneOptions
     from tunekit.tuning.phases import PhaseTimes
@@ -58,7 +60,13 @@ def tune_plan(
     options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
     device = fingerprint()
     counts = TuneCounts()
-    work = [(get_spec(kernel), problem) for kernel, problem in read_plan(plan)]
+    read = read_plan_lines(plan)
+    counts.failed += read.refused  # a bad line is named; the others are still tuned
+    for line in read.problems:
+        if is_user_kernel(line.kernel):
+            counts.failed.append(f"{line.where}: {line.kernel}: a user kernel (`tunekit tune --plan` tunes it)")
+    work = [(get_spec(line.kernel), line.problem) for line in read.problems if not is_user_kernel(line.kernel)]
+    where = {plan_line(line.kernel, line.problem): line.where for line in read.problems}
     lines = [plan_line(spec.name, problem) for spec, problem in work]
     step_indices = [{i for i, line in enumerate(lines) if line in members} for members in map(set, steps)]
     planned = PlanBudget(work, budget_s, steps=step_indices, started=started) if budget_s is not None else None
@@ -71,7 +79,7 @@ def tune_plan(
                 try:
                     _, report = benches.tune(spec, problem, device, these, store, phases=phases)
                 except TunekitError as exc:
-                    counts.failed.append(f"{name}: {exc}")
+                    counts.failed.append(f"{where[plan_line(spec.name, problem)]}: {name}: {exc}")
                     continue
                 finally:
                     counts.phases[name] = PhaseTimes.summed([counts.phases.get(name, {}), phases.to_json()]).to_json()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Value, config_id
+from tunekit.store.bounded_file import UnreadableFileError, nesting_error, open_regular, read_capped
 from tunekit.store.entry import Entry, TrialRecord, TrialStatus
 from tunekit.store.key import CacheKey
 
@@ -144,36 +143,32 @@ def save_tables(path: Path, tables: Sequence[TimingTable]) -> None:
 
 # The largest shipped table decompresses to 0.5 MB: 64 MiB is room for a hundred times that, and far from memory.
 MAX_DECOMPRESSED_BYTES = 64 << 20
-_CHUNK_BYTES = 1 << 20
 
 
 def _read_gzip(path: Path) -> bytes:
-    """The decompressed bytes of a regular file (never a FIFO, device or directory, opened without blocking),
-    refused past MAX_DECOMPRESSED_BYTES without decompressing more than that."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise TunekitError(f"cannot read timing tables from {path}: not a regular file")
-    with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
-        chunks, size = [], 0
-        while size <= MAX_DECOMPRESSED_BYTES:
-            chunk = f.read(min(_CHUNK_BYTES, MAX_DECOMPRESSED_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    if size > MAX_DECOMPRESSED_BYTES:
+    """The decompressed bytes of a regular file (through tunekit.store.bounded_file: never a FIFO, device or
+    directory), refused past MAX_DECOMPRESSED_BYTES without decompressing more than that."""
+    try:
+        with open_regular(path, "timing tables from") as (raw, _), gzip.GzipFile(fileobj=raw, mode="rb") as f:
+            data = read_capped(f, MAX_DECOMPRESSED_BYTES)
+    except UnreadableFileError as exc:
+        raise TunekitError(str(exc)) from None
+    if data is None:
         raise TunekitError(
             f"cannot read timing tables from {path}: it decompresses to larger than "
             f"{MAX_DECOMPRESSED_BYTES >> 20} MiB, the most a timing-table file may hold"
         )
-    return b"".join(chunks)
+    return data
 
 
 def load_tables(path: Path) -> list[TimingTable]:
     try:
-        document = json.loads(_read_gzip(path))
-    except (OSError, EOFError, ValueError, RecursionError) as exc:
+        text = _read_gzip(path).decode("utf-8")
+        why = nesting_error(text)
+        if why is not None:
+            raise TunekitError(f"cannot read timing tables from {path}: {why}")
+        document = json.loads(text)
+    except (OSError, EOFError, ValueError) as exc:
         raise TunekitError(f"cannot read timing tables from {path}: {exc}") from exc
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise TunekitError(f"{path} is not a tunekit timing-table file")

@@ -4,14 +4,16 @@ and `tunekit record`'s suite plans), checked the way an imported database entry 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunekit.core.errors import InvalidShapeError, TunekitError
-from tunekit.core.problems import check_problem
+from tunekit.core.problems import check_fits, check_problem
 from tunekit.core.render import all_text
 from tunekit.core.space import Value
 from tunekit.runtime.recorder import plan_line
+from tunekit.store.bounded_file import UnreadableFileError, nesting_error, read_text
 from tunekit.store.user_entries import is_user_kernel
 
 
@@ -30,7 +32,8 @@ def _shape(value: Any) -> tuple[int, ...]:
 
 
 def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
-    """(kernel, problem) from one plan item: {"kernel", "problem": {...}} or {"kernel", "shape", "dtype"}."""
+    """(kernel, problem) from one plan item: {"kernel", "problem": {...}} or {"kernel", "shape", "dtype"}, a
+    problem of its kernel's declaration whose tensors fit in this machine's memory."""
     from tunekit.core.registry import get_spec
 
     if not isinstance(data, dict) or not isinstance(data.get("kernel"), str):
@@ -48,10 +51,13 @@ def plan_item(data: Any) -> tuple[str, dict[str, Value]]:
     if "problem" in data:
         if "shape" in data or "dtype" in data:
             raise TunekitError('give "problem", or "shape" and "dtype", not both')
-        return spec.name, check_problem(spec, data["problem"])
-    if "shape" not in data or not isinstance(data.get("dtype"), str):
+        problem = check_problem(spec, data["problem"])
+    elif "shape" not in data or not isinstance(data.get("dtype"), str):
         raise TunekitError(f'give "problem", or "shape" ({spec.shape_help or "see tunekit show"}) and a "dtype" string')
-    return spec.name, check_problem(spec, spec.problem_from_shape(_shape(data["shape"]), data["dtype"]))
+    else:
+        problem = check_problem(spec, spec.problem_from_shape(_shape(data["shape"]), data["dtype"]))
+    check_fits(spec, problem)
+    return spec.name, problem
 
 
 def user_plan_item(data: dict[str, Any]) -> tuple[str, dict[str, Value]]:
@@ -70,38 +76,92 @@ def user_plan_item(data: dict[str, Any]) -> tuple[str, dict[str, Value]]:
     return name, dict(problem)
 
 
-def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
-    """A plan file: JSON lines (blank and '#' lines skipped) or one JSON list. Duplicates are dropped."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TunekitError(f"cannot read the plan {path}: {exc}") from None
-    items: list[tuple[int, Any]] = []
+MAX_PLAN_BYTES = 64 << 20  # a model's recorded plan is a few hundred lines of ~200 bytes
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """One problem of a plan, with where it was read: `where` names the file and line (or list item)."""
+
+    where: str
+    number: int
+    kernel: str
+    problem: dict[str, Value]
+
+
+@dataclass
+class PlanLines:
+    """A plan as read: its problems (duplicates dropped) and, for each line refused, one line saying why
+    ("PATH line N: why"). A bad line never abandons the others."""
+
+    problems: list[PlanLine] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def pairs(self) -> list[tuple[str, dict[str, Value]]]:
+        return [(line.kernel, line.problem) for line in self.problems]
+
+    def user_items(self) -> list[tuple[str, dict[str, Value]]]:
+        """The (kernel, problem) pairs of user kernels (tunekit.autotune, named by import path)."""
+        return [pair for pair in self.pairs() if is_user_kernel(pair[0])]
+
+
+def _parsed(path: Path, text: str) -> tuple[str, list[tuple[int, Any]], list[tuple[int, str]]]:
+    """(what an item is called, (number, JSON) of each item, (number, why) of each line refused) of a plan's text:
+    JSON lines, each parsed on its own (blank and '#' lines skipped), or one JSON list."""
     if text.lstrip().startswith("["):
+        why = nesting_error(text)
+        if why is not None:
+            raise TunekitError(f"{path} is not a plan: {why}")
         try:
-            items = list(enumerate(json.loads(text), 1))
+            return "item", list(enumerate(json.loads(text), 1)), []
         except ValueError as exc:
             raise TunekitError(f"{path} is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise TunekitError(f"{path} is not a plan: nested too deeply") from None
-        where = "item"
-    else:
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip() and not line.lstrip().startswith("#"):
-                try:
-                    items.append((number, json.loads(line)))
-                except ValueError as exc:
-                    raise TunekitError(f"{path} line {number}: not valid JSON: {exc}") from None
-                except RecursionError:
-                    raise TunekitError(f"{path} line {number}: not a plan item: nested too deeply") from None
-        where = "line"
-    plan: dict[str, tuple[str, dict[str, Value]]] = {}
+    items, refused = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        why = nesting_error(line)
+        if why is not None:
+            refused.append((number, f"{path} line {number}: not a plan item: {why}"))
+            continue
+        try:
+            items.append((number, json.loads(line)))
+        except ValueError as exc:
+            refused.append((number, f"{path} line {number}: not valid JSON: {exc}"))
+    return "line", items, refused
+
+
+def read_plan_lines(path: Path) -> PlanLines:
+    """A plan file (through tunekit.store.bounded_file: a regular file of at most MAX_PLAN_BYTES): each line
+    checked on its own (its kernel's declaration, and whether its tensors fit in this machine's memory). A file
+    that cannot be read at all raises TunekitError; a bad line is refused, the others kept."""
+    try:
+        text = read_text(path, "the plan", MAX_PLAN_BYTES)
+    except UnreadableFileError as exc:
+        raise TunekitError(str(exc)) from None
+    where, items, refused = _parsed(path, text)
+    plan = PlanLines()
+    seen: set[str] = set()
     for number, data in items:
         try:
             kernel, problem = plan_item(data)
         except TunekitError as exc:
-            raise type(exc)(f"{path} {where} {number}: {exc}") from None
-        plan.setdefault(plan_line(kernel, problem), (kernel, problem))
-    if not plan:
+            refused.append((number, f"{path} {where} {number}: {exc}"))
+            continue
+        line = plan_line(kernel, problem)
+        if line not in seen:
+            seen.add(line)
+            plan.problems.append(PlanLine(f"{path} {where} {number}", number, kernel, problem))
+    plan.refused = [why for _, why in sorted(refused)]
+    if not plan.problems and not plan.refused:
         raise TunekitError(f"{path} holds no problems")
-    return list(plan.values())
+    return plan
+
+
+def read_plan(path: Path) -> list[tuple[str, dict[str, Value]]]:
+    """A plan file's problems, refused whole at its first bad line (what a queue submits: all of it, or nothing).
+    Duplicates are dropped."""
+    plan = read_plan_lines(path)
+    if plan.refused:
+        raise TunekitError(plan.refused[0])
+    return plan.pairs()

@@ -1,6 +1,7 @@
 """Reading a tuning database file with bounded memory (tunekit.store.database validates what it reads).
 
-The file's size is capped (MAX_DOCUMENT_BYTES) before and while it is read; its text is then walked once as JSON
+The file is read through tunekit.store.bounded_file (a regular file only, its size capped at MAX_DOCUMENT_BYTES
+before and while it is read, its nesting bounded); its text is then walked once as JSON
 (a key twice in one object, NaN or Infinity, or text after the document is an error), the header (format, schema)
 decoded and each entry's place noted, so entries are decoded one at a time: memory holds the text and one entry, not
 the whole tree.
@@ -9,22 +10,20 @@ the whole tree.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tunekit.core.errors import DatabaseError
 from tunekit.core.render import brief
+from tunekit.store.bounded_file import UnreadableFileError, nesting_error, read_text
 from tunekit.store.key import SCHEMA_VERSION
 
 FORMAT = "tunekit-db"
 # The shipped H200 database of 344 entries is 0.8 MB: 64 MiB is room for ~25,000 entries, and parsing it stays
 # well under a GiB. A larger file is refused before it is read.
 MAX_DOCUMENT_BYTES = 64 << 20
-_READ_CHUNK_BYTES = 1 << 20
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -45,32 +44,16 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _read_capped(path: Path) -> str:
-    """The file's text, refused past MAX_DOCUMENT_BYTES without reading more than that (pipes and devices too)."""
-    mib, rest = divmod(MAX_DOCUMENT_BYTES, 1 << 20)
-    cap = f"{mib} MiB" if mib and not rest else f"{MAX_DOCUMENT_BYTES} bytes"
-    too_big = f"{path} is larger than {cap}, the most a tuning database may hold (split it by --kernel or --device)"
+    """The file's text through the one bounded reader (tunekit.store.bounded_file: a regular file only, never a
+    FIFO or a device, refused past MAX_DOCUMENT_BYTES and when nested deeper than MAX_JSON_DEPTH)."""
     try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_DOCUMENT_BYTES:
-                raise DatabaseError(too_big)
-            chunks, size = [], 0
-            while size <= MAX_DOCUMENT_BYTES:  # in chunks: read(cap) would allocate the whole cap at once
-                chunk = f.read(min(_READ_CHUNK_BYTES, MAX_DOCUMENT_BYTES + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            raw = b"".join(chunks)
-            del chunks
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise DatabaseError(too_big)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatabaseError(f"cannot read {path}: not UTF-8 text ({exc})") from None
+        text = read_text(path, "the tuning database", MAX_DOCUMENT_BYTES, "split it by --kernel or --device")
+    except UnreadableFileError as exc:
+        raise DatabaseError(str(exc)) from None
+    why = nesting_error(text)
+    if why is not None:
+        raise DatabaseError(f"{path} is not a {FORMAT} document: {why}")
+    return text
 
 
 class DocumentText:

@@ -47,7 +47,7 @@ def check_files(path: Path) -> bool:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{name} is {_kind(st.st_mode)}, not a regular file")
+            raise Refused(f"{name} is {file_kind(st.st_mode)}, not a regular file")
         if st.st_nlink == 0 and suffix == "-journal":
             continue  # another writer's journal, unlinked as we looked (its transaction just ended)
         if st.st_nlink != 1:
@@ -95,7 +95,7 @@ def open_checked(path: Path, write: bool) -> int | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{path} is {_kind(st.st_mode)}, not a regular file")
+            raise Refused(f"{path} is {file_kind(st.st_mode)}, not a regular file")
         if st.st_nlink != 1:
             raise Refused(f"{path} has {st.st_nlink} hard links (tunekit's files have one)")
         _check_header(path, os.pread(fd, 100, 0))
@@ -132,14 +132,15 @@ def read_regular(name: str, offset: int, size: int) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{name} is {_kind(st.st_mode)}, not a regular file")
+            raise Refused(f"{name} is {file_kind(st.st_mode)}, not a regular file")
         start = offset if offset >= 0 else st.st_size + offset
         return os.pread(fd, size, start) if start >= 0 else b""
     finally:
         os.close(fd)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of this mode is, as an error names it ("a FIFO")."""
     for test, name in (
         (stat.S_ISLNK, "a symlink"),
         (stat.S_ISDIR, "a directory"),
