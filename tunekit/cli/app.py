@@ -126,6 +126,7 @@ def _one_line_errors(fn: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
+            settings.check_environment()  # a bad TUNEKIT_* value: refused as Python refuses it, before any work
             fn(*args, **kwargs)
         except TunekitError as exc:
             if settings.debug():

@@ -146,7 +146,10 @@ def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="File to write (JSON).")],
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
     device: Annotated[
-        str | None, typer.Option(help="Only this device key, or 'current' for this machine's device.")
+        str | None,
+        typer.Option(
+            help="Only this device: its key (or a prefix, as `tunekit show` prints it), or 'current' (this machine's)."
+        ),
     ] = None,
     storage: Annotated[
         str | None,
@@ -164,8 +167,8 @@ def export_cmd(
     from tunekit.store.database import export_entries, write_document
     from tunekit.store.store import Store
 
-    device_key = fingerprint().key if device == "current" else device
     if storage is not None:
+        device_key = fingerprint().key if device == "current" else device
         from tunekit.fleet import queue
 
         if kernel is not None:
@@ -175,16 +178,46 @@ def export_cmd(
         if json_out:
             print(json.dumps({"out": str(out), "from": storage, "exported": n, "left_out": len(skipped)}, indent=1))
             return
-        say(f"exported {counted(n, 'entry')} from {plain(storage)} to {plain(out)}")
+        none = _none_of(n, "storage", kernel, device)
+        say(f"exported {counted(n, 'entry')} from {plain(storage)} to {plain(out)}{none}")
         if skipped:
             say(f"{counted(len(skipped), 'job')} left out: their job or result is unreadable (see the warnings above)")
         return
     with Store() as store:
-        n = write_document(out, export_entries(store, kernel, device_key))
+        entries = export_entries(store, kernel, _device_key(store, device))
+    n = write_document(out, entries)
     if json_out:
         print(json.dumps({"out": str(out), "from": str(store.directory), "exported": n}, indent=1))
         return
-    say(f"exported {counted(n, 'entry')} to {plain(out)}")
+    say(f"exported {counted(n, 'entry')} to {plain(out)}{_none_of(n, 'cache', kernel, device)}")
+
+
+def _device_key(store: Store, device: str | None) -> str | None:
+    """--device as a full key: 'current', a key or a unique prefix of one among the cache's entries' devices."""
+    from tunekit.core.device import fingerprint
+
+    if device is None or device == "current":
+        return None if device is None else fingerprint().key
+    names = {e.key.device_key: plain(e.device.get("name", "?")) for e in store.entries()}
+    found = [key for key in names if key.startswith(device)]
+    if device in names or len(found) == 1:
+        return device if device in names else found[0]
+    if found:
+        raise TunekitError(f"--device {device!r} is the prefix of {len(found)} device keys: give more of it")
+    if not names:
+        raise TunekitError(f"--device {plain(device)!r}: the cache holds no entry of any device")
+    known = ", ".join(f"{key} ({name})" for key, name in sorted(names.items())[:4])
+    raise TunekitError(f"--device {plain(device)!r} is no device of the cache's entries: 'current' or one of: {known}")
+
+
+def _none_of(n: int, where: str, kernel: str | None, device: str | None) -> str:
+    """Why an export wrote no entry: what the filters asked for that the cache (or the storage) does not hold."""
+    if n:
+        return ""
+    of = f" of kernel {plain(kernel)}" if kernel else ""
+    if device is not None:
+        of += " of this device" if device == "current" else f" of device {plain(device)}"
+    return f": the {where} holds no entry{of}"
 
 
 def import_cmd(

@@ -332,6 +332,7 @@ def plan(
         list[str] | None,
         typer.Option("--dtype", metavar="DTYPE", help="float16, bfloat16 or float32 (repeatable)."),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace FILE where it exists (refused otherwise).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a plan (kernels x shapes x dtypes) to FILE; without --kernel, check FILE and list its problems.
@@ -369,11 +370,15 @@ def plan(
         return
     dtypes: list[str | None] = list(dtype) if dtype else [None]
     pairs = [(k, p) for k in kernel for d in dtypes for p in kernel_problems(k, shape, d)]
+    held = sum(1 for line in file.read_bytes().splitlines() if line.strip()) if file.is_file() else 0
+    if file.is_file() and not force:  # a recorded plan is not easily made again
+        raise TunekitError(f"{plain(file)} exists ({counted(held, 'problem')}): --force replaces it")
     written = write_plan(file, pairs)
     if json_out:
         print(json.dumps({"plan": str(file), "written": written}, indent=1))
         return
-    say(f"wrote {counted(written, 'problem')} to {plain(file)}")
+    replaced = f" (replaced the {counted(held, 'problem')} it held)" if held else ""
+    say(f"wrote {counted(written, 'problem')} to {plain(file)}{replaced}")
 
 
 def _job_json(s: JobStatus) -> dict[str, object]:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from tunekit.cli.app import DtypeOpt, JsonOpt, KernelOpt, ShapeOpt, console, say
@@ -67,7 +68,7 @@ def bench(
     if summary is not None:
         if kernel or suite or shape:
             raise TunekitError("--summary reads a saved run: it takes no --kernel, --suite or --shape")
-        print_saved_summary(read_run(summary), console)
+        print_saved_summary(read_run(summary), console if console.is_terminal else Console(soft_wrap=True))
         return
     if png is not None:
         from tunekit.evaluation.plot import require_matplotlib
@@ -79,7 +80,7 @@ def bench(
         raise TunekitError("no problems to measure (does --dtype match the suite's dtypes?)")
     options = BenchOptions(compile=compile_, max_autotune=max_autotune, compile_timeout_s=compile_timeout)
     run = _measure(work, options, json_out)
-    print_report(run, console)
+    print_report(run, console if console.is_terminal else Console(soft_wrap=True))  # a pipe: each line whole
     if json_out is not None:
         console.print(f"json: {json_out}")
     if png is not None:
@@ -206,12 +207,10 @@ def explain(
         device, limits = recorded[0].fingerprint, recorded[0].device_limits
     else:
         device, found = fingerprint(), device_limits()
-        if found is None:
-            names = ", ".join(table_name(p) for p in shipped_table_files()) or "none shipped"
-            raise TunekitError(
-                "the interpreter has no SMs to model: run on a GPU, or give --table with a recorded device "
-                f"(a timing-table file, or a shipped table: {names})"
-            )
+        if found is None:  # any table's device will do; the kernel's own, where one is shipped, reads best
+            names = sorted(table_name(p) for p in shipped_table_files())
+            suggested = next((n for n in names if n.endswith(f"/{kernel}")), names[0] if names else "FILE")
+            raise TunekitError(f"no GPU here to model: run on a GPU, or model a recorded one with --table {suggested}")
         limits = found
     text = explain_text(spec, problem, device, limits, width=columns())
     if json_out:

@@ -161,6 +161,8 @@ def tune(
     from tunekit.tuning.samplers import make_sampler
     from tunekit.tuning.tune_types import TuneOptions
 
+    if trials < 1:  # TuneOptions refuses it too, without the option's name
+        raise TunekitError(f"--trials must be >= 1, but got {trials}")
     queued = submit or workers is not None
     lines = _read_plan(plan, kernel, shape, dtype, queued) if plan is not None else None
     work_list = _work_list(kernel, shape, dtype, lines)

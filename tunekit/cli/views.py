@@ -66,7 +66,7 @@ class TuneResult:
             return f"already tuned: {stored} trials stored, nothing measured (--force or a larger --trials adds more)"
         if r.shared_from is not None:
             return f"shares the entry of {r.shared_from} (same quantization), nothing measured"
-        repeats = f" (and {r.reused} repeat suggestions answered from them)" if r.reused else ""
+        repeats = f" (and {counted(r.reused, 'repeat suggestion')} answered from them)" if r.reused else ""
         return f"{r.benchmarked} measured{repeats}, {stored} stored ({r.stop_reason})"
 
     def timing(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tunekit.core.errors import TunekitError
+from tunekit.core.errors import CacheError, TunekitError
 
 # (name, meaning, default): the one table of the variables below.
 ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
@@ -53,12 +53,13 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 def _flag(name: str) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
+    given = os.environ.get(name, "")
+    raw = given.strip().lower()
     if raw in _TRUE:
         return True
     if raw in _FALSE:
         return False
-    raise TunekitError(f"{name} must be one of 0/1/true/false, but got {raw!r}")
+    raise TunekitError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), but got {given!r}")
 
 
 def _positive_int(name: str, default: int) -> int:
@@ -75,12 +76,19 @@ def _positive_int(name: str, default: int) -> int:
 
 
 def cache_dir() -> Path:
+    """The working cache's directory; refused in one line where a file stands in its way (it could not be made)."""
     explicit = os.environ.get("TUNEKIT_CACHE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "tunekit"
+        path = Path(explicit).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        path = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "tunekit"
+    blocker = next((p for p in (path, *path.parents) if os.path.exists(p)), None)  # (False where unreadable)
+    if blocker is not None and not os.path.isdir(blocker):
+        if explicit:
+            raise CacheError(f"TUNEKIT_CACHE_DIR must name a directory, but {blocker} is a file")
+        raise CacheError(f"the cache directory {path} cannot be made: {blocker} is a file; set TUNEKIT_CACHE_DIR")
+    return path
 
 
 def cache_max_bytes() -> int | None:
@@ -151,6 +159,16 @@ def other_triton() -> str:
     if raw not in ("check", "never"):
         raise TunekitError(f"TUNEKIT_OTHER_TRITON must be 'check' or 'never', but got {raw!r}")
     return raw
+
+
+def check_environment() -> None:
+    """Read every variable above as tunekit reads it, so that a bad value is refused now, with the message Python
+    gives where it reads that variable (the CLI calls this before each command)."""
+    for read in (cache_dir, cache_max_bytes, strict, tune_on_miss, tune_on_miss_trials, untuned, buckets):
+        read()
+    other_triton()
+    extra_kernels()
+    _flag("TUNEKIT_DEBUG")  # debug() itself never raises: the CLI's error boundary reads it to print an error
 
 
 def environment_text(width: int = 80) -> list[str]:
