@@ -10,7 +10,6 @@ from tunekit.store.store import Store
 pytestmark = pytest.mark.usefixtures("wide_terminal")
 
 
-
 def test_help_on_every_command():
     for cmd in ([], ["tune"], ["show"], ["export"], ["import"], ["devices"]):
         result = cli(*cmd, "--help")

@@ -1,13 +1,14 @@
 """Bounded cost (issue 29): a valid import of 20k entries for another device made `tunekit show` take 4 min 43 s
 (quadratic: each problem's nearest-entry scan read every entry) and each new op key 1.2-1.8 s instead of 0.01 s;
 100 crafted rows under the payload cap made one op call use 3.3 GB. `show` and the nearest-entry scan index
-entries by (kernel, device), so their cost grows with what is relevant, and the scan never decodes trials."""
+entries by (kernel, device), so their cost grows with what is relevant, and the scan never decodes trials.
+
+The tests count what is decoded and scanned, never seconds: tests/gpu/store_scale_bench.py times the same work."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
 
 from fingerprints import H200
 from helpers import cli, toy_entry
@@ -19,7 +20,7 @@ from tunekit.store import store as store_mod
 from tunekit.store.store import DB_NAME, Store
 
 
-def _plant_many(toy, device, count: int, trials: int = 1) -> None:
+def plant_many(toy, device, count: int, trials: int = 1) -> None:
     """`count` valid entries of the toy kernel on `device`, written in one statement (put is one transaction each)."""
     rows = []
     for i in range(count):
@@ -45,14 +46,12 @@ def _decodes(monkeypatch) -> list[int]:
 
 
 def test_a_new_key_does_not_decode_other_devices_entries(toy, monkeypatch):
-    _plant_many(toy, H200, 2000)
+    plant_many(toy, H200, 2000)
     calls = _decodes(monkeypatch)
     store = Store()
-    started = time.perf_counter()
     for rows in (3, 5, 7):  # three new keys on this device
         resolve(toy, {"rows": rows, "cols": 32, "dtype": "float32"}, fingerprint(), store)
     assert calls[0] <= 10, f"{calls[0]} payloads decoded for three new keys"
-    assert time.perf_counter() - started < 1.0
 
 
 def test_show_is_linear_in_the_store(toy, monkeypatch):
@@ -60,7 +59,7 @@ def test_show_is_linear_in_the_store(toy, monkeypatch):
 
     from tunekit.runtime import dispatch
 
-    _plant_many(toy, H200, 1500)
+    plant_many(toy, H200, 1500)
     scanned = [0]
     nearest = dispatch.nearest_entry
 
@@ -70,19 +69,17 @@ def test_show_is_linear_in_the_store(toy, monkeypatch):
         return nearest(spec, problem, device, candidates)
 
     monkeypatch.setattr(dispatch, "nearest_entry", counting)
-    started = time.perf_counter()
-    result = cli("show", "--no-shipped", "--json")
+    result = cli("show", "--no-shipped", "--json", "--all-devices")  # the other device's too: the costly listing
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.output)["entries"]) == 1501
     assert scanned[0] <= 10 * 1501, f"{scanned[0]} candidates scanned to show 1501 entries"
-    assert time.perf_counter() - started < 20
 
 
 def test_the_nearest_scan_skips_rows_larger_than_tunekit_writes(toy, monkeypatch):
     """Rows of this kernel and device holding megabytes of trials: the scan never loads them (their own key still
     serves them), and what it keeps holds no trials."""
-    _plant_many(toy, fingerprint(), 5, trials=10_000)  # ~2 MiB each
-    _plant_many(toy, fingerprint(), 3, trials=10)
+    plant_many(toy, fingerprint(), 5, trials=10_000)  # ~2 MiB each
+    plant_many(toy, fingerprint(), 3, trials=10)
     sizes: list[int] = []
     parse = payload_mod.parse_payload
     monkeypatch.setattr(store_mod, "parse_payload", lambda d, raw: (sizes.append(len(raw)), parse(d, raw))[1])
