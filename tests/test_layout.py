@@ -58,11 +58,6 @@ TRITON_INTERNAL_ATTRIBUTES = frozenset(
         "global_scratch_size", "profile_scratch_size", "launch_enter_hook", "launch_exit_hook", "knobs",
     }
 )  # fmt: skip
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 80
-# Justified exceptions, with the reason.
-LONG_MODULES: dict[str, str] = {}
-LONG_FUNCTIONS: dict[str, str] = {}
 
 
 def module_files() -> dict[str, Path]:
@@ -304,35 +299,3 @@ def test_the_triton_check_can_fail():
         "v = triton.__version__\nf = triton.jit\nt = triton.testing.do_bench\n"
     )
     assert triton_internals("tunekit.core.fake", ast.parse(public)) == []
-
-
-def _is_jit(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any("jit" in ast.unparse(d) for d in node.decorator_list)
-
-
-def too_long(sources: dict[str, str]) -> list[str]:
-    found = []
-    for name, text in sorted(sources.items()):
-        lines = text.count("\n")
-        if lines > MAX_MODULE_LINES and name not in LONG_MODULES:
-            found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
-        for node in ast.walk(ast.parse(text)):
-            # A @triton.jit function's tokens are its kernel's identity: splitting one retires its tuned results,
-            # so jit bodies are exempt; host functions on the kernel side are not.
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_jit(node):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                where = f"{name}.{node.name}"
-                if length > MAX_FUNCTION_LINES and where not in LONG_FUNCTIONS:
-                    found.append(f"{where}: {length} lines (at most {MAX_FUNCTION_LINES})")
-    return found
-
-
-def test_modules_and_functions_stay_small(sources):
-    assert too_long(sources) == []
-
-
-def test_the_size_check_can_fail():
-    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
-    assert too_long({"tunekit.core.fake": f"def f():\n{body}"}) == [
-        f"tunekit.core.fake.f: {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})"
-    ]
