@@ -115,18 +115,28 @@ class FamilyResult:
 
 
 def causal_lm_families() -> list[tuple[str, str]]:
-    """(model type, class name) of every causal LM class transformers maps, each class once (its first type)."""
+    """(model type, class name) of every causal LM transformers maps: each class once per config class (GPT-SW3 is
+    GPT-2's class and config: listed once, under the type its config names, gpt2)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    seen: set[str] = set()
-    families: list[tuple[str, str]] = []
+    chosen: dict[tuple[str, str], str] = {}
     for model_type, class_name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
-        names = class_name if isinstance(class_name, (tuple, list)) else (class_name,)
-        name = str(names[0])
-        if name not in seen:
-            seen.add(name)
-            families.append((model_type, name))
-    return families
+        name = str(class_name[0] if isinstance(class_name, (tuple, list)) else class_name)
+        key = (name, str(CONFIG_MAPPING_NAMES.get(model_type, model_type)))
+        held = chosen.get(key)
+        if held is None or (_config_type(model_type) == model_type and _config_type(held) != held):
+            chosen[key] = model_type
+    return sorted((model_type, name) for (name, _), model_type in chosen.items())
+
+
+def _config_type(model_type: str) -> str | None:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        return str(CONFIG_MAPPING[model_type].model_type)
+    except Exception:  # a config class that is not importable here
+        return None
 
 
 def _short(failure: BaseException) -> str:
