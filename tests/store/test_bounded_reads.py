@@ -228,6 +228,11 @@ def test_a_deeply_nested_timing_table_is_refused(tmp_path):
         load_tables(path)
 
 
+def test_a_fifo_as_saved_bench_results_is_refused(fifo):
+    result = within(lambda: cli("bench", "--summary", str(fifo)), fifo)
+    assert result.exit_code == 1 and "a FIFO, not a regular file" in result.output, result.output
+
+
 _READ_PLAN = "import sys, pathlib; from tunekit.fleet.plans import read_plan; read_plan(pathlib.Path(sys.argv[1]))"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.evaluation.names import BOUND_RATIO, COPY, COPY_RATIO, EVENTS, GRAPH, HEURISTIC, TUNEKIT, WALL
+from tunekit.store.bounded_file import load_json
 
 if TYPE_CHECKING:
     from tunekit.evaluation.suite_targets import Target
@@ -154,7 +155,7 @@ class BenchRun:
 
     @classmethod
     def load(cls, path: Path) -> BenchRun:
-        return cls.from_json(json.loads(path.read_text()))
+        return cls.from_json(load_json(path, "the bench results"))  # the one bounded reader (never blocks)
 
 
 def read_run(path: Path) -> BenchRun:
