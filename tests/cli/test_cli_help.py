@@ -3,9 +3,11 @@ summary mid-sentence, `tune  Tune KERNEL for each shape (a default set when none
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import typer
-from helpers import cli
+from helpers import ROOT, cli
 
 from tunekit.cli import app
 
@@ -49,3 +51,11 @@ def test_each_summary_is_a_sentence_that_its_command_help_begins_with_or_names()
     for name, summary in _summaries().items():
         assert summary[0].isupper() and summary.endswith("."), (name, summary)
         assert len(summary) <= 61, (name, summary)  # one line in click's 78-column help at any terminal width
+
+
+def test_readme_cli_table_lists_every_command():
+    """README's CLI table has a row for each command (issue 50: `requeue` had none); model-bench has its section."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## CLI\n") : readme.index("### The model benchmark: `tunekit model-bench`")]
+    rows = set(re.findall(r"^\| `tunekit ([a-z-]+)", section, re.M))
+    assert set(_summaries()) - {"model-bench"} <= rows, sorted(set(_summaries()) - rows)
