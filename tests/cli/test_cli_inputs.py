@@ -124,6 +124,7 @@ FREE = {
     "seed",
     "kernels",
     "shipped",
+    "all_devices",
     "device",
     "key",
     "dry_run",
