@@ -179,3 +179,16 @@ def test_linear_fuses_activation_and_residual():
         torch.testing.assert_close(layer(x, r), expected, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="activation must be None or one of"):
         tk_nn.Linear(4, 4, activation="swish")
+
+
+def test_an_activation_is_fused_only_into_the_projection_whose_output_it_takes():
+    """Mamba's mixer applies its SiLU to a convolution's output and to a gate, never to `dt_proj` or `x_proj`; in
+    bfloat16 fusing it into them changed the probe's output by less than the tolerance (so the output check alone
+    fused it) and a gradient by 24%. A gated MLP's SiLU takes gate_proj's output itself: that one is fused."""
+    from tunekit.evaluation.patch_conformance import build, causal_lm_families
+
+    classes = dict(causal_lm_families())
+    mamba = build("falcon_mamba", classes["falcon_mamba"], torch.bfloat16, "cpu")
+    assert patch(mamba).fused == []
+    llama = build("llama", classes["llama"], torch.bfloat16, "cpu")
+    assert [path for path, _ in patch(llama).fused] == [f"model.layers.{i}.mlp.gate_proj" for i in range(2)]

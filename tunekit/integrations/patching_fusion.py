@@ -84,7 +84,7 @@ def _try_fusion(
 ) -> bool:
     """Fuse the activation into `proj` if the parent's output stays `expected`; else leave both as they were."""
     act_name, act_module, activation = act
-    if proj.__dict__.get(_ACTIVATION) is not None:
+    if proj.__dict__.get(_ACTIVATION) is not None or not _feeds(proj, act_module, run):
         return False
     proj.__dict__[_ACTIVATION] = activation
     setattr(parent, act_name, torch.nn.Identity())
@@ -94,6 +94,25 @@ def _try_fusion(
     proj.__dict__.pop(_ACTIVATION)
     setattr(parent, act_name, act_module)
     return False
+
+
+def _feeds(proj: torch.nn.Module, act_module: torch.nn.Module, run: Callable[[], object]) -> bool:
+    """Whether every call of the activation module, on the probe, takes the projection's output itself: only then
+    is the activation the projection's epilogue. A comparison of the parent's output alone can miss an activation
+    applied elsewhere (Mamba's mixer applies its SiLU to a convolution and a gate, and in bfloat16 fusing it into
+    `dt_proj` changed the probe's output by less than the tolerance, and a gradient by 24%)."""
+    outputs: list[torch.Tensor] = []
+    inputs: list[object] = []
+    hooks = [
+        proj.register_forward_hook(lambda _m, _args, out: outputs.append(out)),
+        act_module.register_forward_pre_hook(lambda _m, args: inputs.append(args[0] if len(args) == 1 else None)),
+    ]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return bool(inputs) and len(outputs) == 1 and all(x is outputs[0] for x in inputs)
 
 
 def unfuse(module: torch.nn.Module) -> None:
