@@ -19,13 +19,13 @@ Steps, each timed and printed:
    configs are recorded as such), then timed with triton.testing.do_bench (L2 flushed, median; `--warmup-ms`,
    `--rep-ms`); the `--refine-top` fastest of a shape timed again over longer windows;
 3. table.json under --out: kernel, shape, config -> ms, or failed / wrong with the reason;
-4. analysis (a fresh process in Triton's interpreter, as on a CPU machine): analysis.json;
-5. host time: per kernel, a fresh process tunes its small `host_shape` into a fresh store (every config, a short
+4. host time: per kernel, a fresh process tunes its small `host_shape` into a fresh store (every config, a short
    do_bench), then a second fresh process, served by that store, times `--host-calls` calls of the decorated kernel
    and of a plain launch of the config it serves, alternating rounds of 200: host.json;
+5. analysis (a fresh process in Triton's interpreter, as on a CPU machine): analysis.json;
 6. summary.txt / summary.json: the short table, printed last.
 `--deadline-min` (default 7.5) bounds the whole run: shapes not started by then, less the time the last steps need,
-are left out of the table (and said so).
+are left out of the table, and an analysis still running at the deadline is left for `--analyse` (each said).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ sys.path.insert(0, str(HERE.parent))
 import autotune_replay as replay  # noqa: E402  (this folder)
 from big_space_kernels import KERNELS, BigSpaceKernel, Case, check, launch, poison, split  # noqa: E402
 
-TAIL_S = 120.0  # what the analysis and the host-time processes need after the exhaustive pass
+TAIL_S = 150.0  # what the host-time processes and the analysis need after the exhaustive pass
 ROUND_CALLS = 200
 
 
@@ -95,7 +96,7 @@ def compile_task(task: tuple[str, int, bool]) -> tuple[str, int, str | None, flo
         for shape in kernel.shapes(smoke):
             case = kernel.case(shape, device, dtype, True)
             kernel.fn.warmup(*case.args, grid=case.grid(config), **case.kwargs, **meta, **options)
-    except KNOWN_KERNEL_FAILURES as exc:  # recorded again, with its reason, when the config is first launched
+    except Exception as exc:  # compiling ahead only saves time: the timing process meets and records it again
         return name, index, _error(exc), time.perf_counter() - started
     return name, index, None, time.perf_counter() - started
 
@@ -108,11 +109,15 @@ def compile_ahead(kernels: list[BigSpaceKernel], smoke: bool, workers: int) -> d
     errors: dict[str, int] = {}
     busy = 0.0
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        for name, _, error, seconds in pool.map(compile_task, tasks, chunksize=1):
-            busy += seconds
-            if error is not None:
-                errors[name] = errors.get(name, 0) + 1
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            for name, _, error, seconds in pool.map(compile_task, tasks, chunksize=1):
+                busy += seconds
+                if error is not None:
+                    errors[name] = errors.get(name, 0) + 1
+    except BrokenProcessPool as exc:  # a compiler process died: what is left compiles at its first launch
+        say(f"compile: the pool broke ({exc}); the rest compiles in the timing process")
+        errors["pool"] = 1
     wall = time.perf_counter() - started
     say(f"compile: {len(tasks)} configs on {workers} processes in {wall:.1f} s ({busy:.0f} s of compiling); "
         f"failed to compile: {errors or 'none'}")  # fmt: skip
@@ -155,20 +160,27 @@ def measure_config(kernel: BigSpaceKernel, case: Case, config: dict[str, Any], o
         return {"status": "failed", "error": text}
 
 
-def measure_shape(kernel: BigSpaceKernel, shape: tuple[int, ...], smoke: bool, opts: argparse.Namespace) -> dict:
+def measure_shape(
+    kernel: BigSpaceKernel, shape: tuple[int, ...], smoke: bool, opts: argparse.Namespace, stop_at: float
+) -> dict:
+    """Every config of one shape; past `stop_at` (a shape that compiles in this process, say) the rest are
+    `not_measured` and the analysis leaves the shape out."""
     device, dtype = device_and_dtype(kernel)
     torch.manual_seed(0)
     case = kernel.case(shape, device, dtype, False)
     configs = kernel.configs(smoke)
     started = time.perf_counter()
-    results = [measure_config(kernel, case, config, opts) for config in configs]
+    results = [
+        measure_config(kernel, case, config, opts) if time.monotonic() < stop_at else {"status": "not_measured"}
+        for config in configs
+    ]
     timed = time.perf_counter() - started
     ok = sorted((r["ms"], i) for i, r in enumerate(results) if r["status"] == "ok")
     for _, i in ok[: opts.refine_top]:  # the contenders again, over longer windows: the best is a noisy minimum
         again = time_ms(lambda c=configs[i]: launch(kernel, case, c), 4 * opts.warmup_ms, 5 * opts.rep_ms)
         results[i] = {"status": "ok", "ms": again, "ms_first": results[i]["ms"]}
     best = min((r["ms"] for r in results if r["status"] == "ok"), default=None)
-    counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "wrong", "failed")}
+    counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "wrong", "failed", "not_measured")}
     say(f"  {kernel.name:10} {kernel.label(shape):>16}: best {best if best is None else f'{best:.4f} ms'}  "
         f"{counts}  {time.perf_counter() - started:.1f} s")  # fmt: skip
     return {
@@ -186,7 +198,10 @@ def _kernel_header(kernel: BigSpaceKernel, smoke: bool) -> dict[str, Any]:
             "shapes": []}  # fmt: skip
 
 
-def exhaustive(kernels: list[BigSpaceKernel], smoke: bool, opts: argparse.Namespace, deadline: float) -> dict:
+def exhaustive(
+    kernels: list[BigSpaceKernel], smoke: bool, opts: argparse.Namespace, deadline: float, stop_at: float
+) -> dict:
+    """Every shape started before `deadline`, round-robin over the kernels; no config after `stop_at`."""
     table: dict[str, Any] = {
         "format": replay.FORMAT,
         "smoke": smoke,
@@ -210,7 +225,8 @@ def exhaustive(kernels: list[BigSpaceKernel], smoke: bool, opts: argparse.Namesp
                 if time.monotonic() > deadline:
                     table["left_out"].append(f"{kernel.name} {kernel.label(shapes[r])}: past the deadline")
                     continue
-                table["kernels"][kernel.name]["shapes"].append(measure_shape(kernel, shapes[r], smoke, opts))
+                row = measure_shape(kernel, shapes[r], smoke, opts, stop_at)
+                table["kernels"][kernel.name]["shapes"].append(row)
                 if not backend.INTERPRETED:
                     torch.cuda.empty_cache()  # the shape's tensors are gone: give their memory back before the next
     except DeviceLost as exc:
@@ -333,9 +349,9 @@ def run_analysis(table_path: Path, out: Path, opts: argparse.Namespace, timeout_
     cmd += ["--replay-trials", str(opts.replay_trials), "--within", str(opts.within)]
     started = time.perf_counter()
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(30.0, timeout_s))
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(45.0, timeout_s))
     except subprocess.TimeoutExpired:
-        say(f"analysis: timed out after {timeout_s:.0f} s; run it on the CPU: {' '.join(cmd[1:])}")
+        say(f"analysis: past the deadline; run it on a CPU: python {' '.join(cmd[1:])}")
         return None
     if done.returncode != 0:
         say(f"analysis failed:\n{done.stderr[-3000:]}")
@@ -352,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--analyse", metavar="TABLE", help="only analyse a recorded table (CPU), then stop")
     parser.add_argument("--smoke", action="store_true", help="two configs and tiny shapes per kernel (interpreter)")
     parser.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated, of {list(KERNELS)}")
-    parser.add_argument("--compile-workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--compile-workers",
+        type=int,
+        default=min(16, len(os.sched_getaffinity(0))),
+        help="processes compiling ahead (default: this process's cores, at most 16)",
+    )
     parser.add_argument("--warmup-ms", type=float, default=3.0)
     parser.add_argument("--rep-ms", type=float, default=10.0)
     parser.add_argument("--refine-top", type=int, default=8, help="fastest configs of a shape timed again, longer")
@@ -387,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"kernels: {', '.join(f'{k.name} ({len(k.configs(opts.smoke))} configs)' for k in kernels)}; out: {out}")
 
     phases: dict[str, Any] = {"compile": compile_ahead(kernels, opts.smoke, opts.compile_workers)}
-    table = exhaustive(kernels, opts.smoke, opts, deadline - TAIL_S)
+    table = exhaustive(kernels, opts.smoke, opts, deadline - TAIL_S, deadline - TAIL_S / 2)
     phases["exhaustive_s"] = round(time.monotonic() - started, 1)
     table["phases"] = phases
     for note in table["left_out"]:
@@ -396,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     table_path.write_text(json.dumps(table))
     say(f"table: {table_path} ({phases['exhaustive_s']} s so far)")
 
-    analysis = run_analysis(table_path, out, opts, deadline - time.monotonic() - 45)
-    host = host_times(kernels, opts.smoke, out, opts.host_calls)
+    host = host_times(kernels, opts.smoke, out, opts.host_calls)  # the GPU's part first: the analysis can run later
     (out / "host.json").write_text(json.dumps(host, indent=1))
+    analysis = run_analysis(table_path, out, opts, deadline - time.monotonic())
     total = round(time.monotonic() - started, 1)
     summary = replay.format_table(analysis, host) if analysis else "(no analysis: see above)"
     (out / "summary.json").write_text(json.dumps({"analysis_summary": {

@@ -181,6 +181,8 @@ def analyse_shape(
     row: dict[str, Any] = {"label": shape["label"], "configs": len(configs)}
     row["failed"] = sum(r["status"] == "failed" for r in results)
     row["wrong"] = sum(r["status"] == "wrong" for r in results)
+    if any(r["status"] == "not_measured" for r in results):
+        return {**row, "skipped": "not every config was measured (the run's deadline)"}
     if best is None:
         return {**row, "skipped": "no config ran and matched the reference"}
     expected, median = random_order(len(configs), len(good))

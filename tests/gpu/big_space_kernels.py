@@ -189,23 +189,30 @@ def launch(kernel: BigSpaceKernel, case: Case, config: Config) -> None:
     kernel.fn[case.grid({**meta, **options})](*case.args, **case.kwargs, **meta, **options)
 
 
-def _tensor(dry: bool, device: torch.device, dtype: torch.dtype, shape: tuple[int, ...], fill: Callable) -> Any:
+Fill = Callable[[tuple[int, ...], torch.device], torch.Tensor]  # float32 values of a shape, made on the device
+
+
+def _tensor(dry: bool, device: torch.device, dtype: torch.dtype, shape: tuple[int, ...], fill: Fill) -> Any:
     """A tensor of `shape`, or, to compile only (`dry`), a one-element stand-in: a launch's specialisation reads a
     tensor's dtype and alignment, and every size and stride is passed as an int from the shape."""
     if dry:
         return torch.empty(1, device=device, dtype=dtype)
-    return fill(shape).to(device=device, dtype=dtype)
+    return fill(shape, device).to(dtype)
 
 
-def _randn(shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.randn(shape)
+def _randn(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.randn(shape, device=device)
+
+
+def _empty(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, device=device)
 
 
 def _matmul_case(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, dry: bool) -> Case:
     m, n, k = shape
     a = _tensor(dry, device, dtype, (m, k), _randn)
     b = _tensor(dry, device, dtype, (k, n), _randn)
-    c = _tensor(dry, device, dtype, (m, n), torch.empty)
+    c = _tensor(dry, device, dtype, (m, n), _empty)
     expected = {} if dry else {"c": a.float() @ b.float()}
     return Case(
         args=(a, b, c, m, n, k, k, 1, n, 1, n, 1),  # row-major A, B and C
@@ -223,9 +230,9 @@ def _layer_norm_case(shape: tuple[int, ...], device: torch.device, dtype: torch.
     x = _tensor(dry, device, dtype, (rows, n), _randn)
     w = _tensor(dry, device, dtype, (n,), _randn)
     b = _tensor(dry, device, dtype, (n,), _randn)
-    y = _tensor(dry, device, dtype, (rows, n), torch.empty)
-    mean = _tensor(dry, device, torch.float32, (rows,), torch.empty)
-    rstd = _tensor(dry, device, torch.float32, (rows,), torch.empty)
+    y = _tensor(dry, device, dtype, (rows, n), _empty)
+    mean = _tensor(dry, device, torch.float32, (rows,), _empty)
+    rstd = _tensor(dry, device, torch.float32, (rows,), _empty)
     eps = 1e-5
     expected = {}
     if not dry:
@@ -250,16 +257,16 @@ def _layer_norm_case(shape: tuple[int, ...], device: torch.device, dtype: torch.
 JSD_BETA = 0.5  # LigerJSD's default: the symmetric divergence
 
 
-def _log_probs(shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.log_softmax(torch.randn(shape), dim=-1)
+def _log_probs(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.log_softmax(torch.randn(shape, device=device), dim=-1)
 
 
 def _jsd_case(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, dry: bool) -> Case:
     rows, vocab = shape
     student = _tensor(dry, device, dtype, (rows, vocab), _log_probs)  # log Q
     teacher = _tensor(dry, device, dtype, (rows, vocab), _log_probs)  # log P
-    loss = _tensor(dry, device, torch.float32, (rows, vocab), torch.empty)  # per element, as Liger allocates it
-    grad = _tensor(dry, device, dtype, (rows, vocab), torch.empty)  # Liger writes it over the input; kept apart here
+    loss = _tensor(dry, device, torch.float32, (rows, vocab), _empty)  # per element, as Liger allocates it
+    grad = _tensor(dry, device, dtype, (rows, vocab), _empty)  # Liger writes it over the input; kept apart here
     labels = torch.empty(1, device=device)  # no labels (HAS_LABEL=False): never read
     expected = {}
     if not dry:
