@@ -239,12 +239,15 @@ def import_cmd(
         result = import_document(store, path)
     if json_out:
         counts = {"read": result.read, "added": result.added, "improved": result.improved, "kept": result.kept}
+        counts["refused"] = result.refused
         print(json.dumps({"file": str(path), "cache": str(store.directory), **counts}, indent=1))
         return
     text = f"imported {plain(path)}: {counted(result.read, 'entry')} read, {result.added} added"
     text += f", {result.improved} improved"
     if result.kept:
         text += f", {result.kept} left as they were (the local entry was as fast or faster, or timed by another timer)"
+    if result.refused:
+        text += f", {result.refused} refused (their best config was measured wrong or failed here)"
     say(text)
 
 

@@ -32,7 +32,7 @@ from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Config, Problem, config_id
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import DEMOTED, Entry
+from tunekit.store.entry import Entry, demotion
 from tunekit.store.key import CacheKey
 from tunekit.tuning.torch_candidate import TORCH_CANDIDATE, torch_time
 
@@ -84,7 +84,7 @@ def bucket_resolution(spec: KernelSpec, problem: Problem, device: DeviceFingerpr
     missing = [str(edge) for edge, entry in edges.items() if entry is None]
     if missing:
         return _refused(f"{span}: no tuned entry at {buckets.field}={', '.join(missing)}")
-    demoted = [(edge, e) for edge, e in edges.items() if e is not None and DEMOTED in e.provenance]
+    demoted = [(edge, e) for edge, e in edges.items() if e is not None and demotion(e) is not None]
     if demoted and spec.torch_fallback:
         edge, entry = demoted[0]
         return Bucketed("demoted", TORCH_CANDIDATE, entry, f"{span}: the entry at {edge} is demoted")

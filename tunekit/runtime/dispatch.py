@@ -33,7 +33,7 @@ from tunekit.launch import watch as launch_watch
 from tunekit.runtime import buckets, compile_policy, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
-from tunekit.store.entry import DEMOTED, Entry
+from tunekit.store.entry import HELD, Entry, demotion, model_verified
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
@@ -55,6 +55,9 @@ class Resolution:
     config: Config
     entry: Entry | None = None
     note: str = ""  # the bucket layer's reason, where it served or refused a token count (tunekit.runtime.buckets)
+    # An entry that must be checked before it serves could not be checked now (a graph captured or traced): this
+    # resolution serves the next layer and is not memoised, so a later call checks it.
+    provisional: bool = False
 
 
 def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
@@ -75,26 +78,39 @@ def why_not_served(entry: Entry, device: DeviceFingerprint) -> str:
 
 def resolve(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:
     """Which layer serves this problem, without the memo. Deterministic for a given store and shipped set."""
+    unchecked: list[str] = []
+    resolution = _resolve(spec, problem, device, store, unchecked)
+    return replace(resolution, provisional=True) if unchecked else resolution
+
+
+def _resolve(
+    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None, unchecked: list[str]
+) -> Resolution:
     key = CacheKey.make(spec.name, spec.source_hash, device.key, problem)
+    shipped = shipped_entries()
     if store is not None:
         entry = store.get(key)
         if entry is not None and spec.space.is_valid(entry.config, problem, device):
-            return _tuned(spec, "cache", entry, device)
-    shipped = shipped_entries()
+            entry = _trusted(spec, problem, device, entry, "cache", unchecked)
+            if entry is not None:
+                return _tuned(spec, "cache", held_by_key(entry, shipped.get(key)), device)
     entry = shipped.get(key)
     if entry is not None and spec.space.is_valid(entry.config, problem, device):
-        return _tuned(spec, "shipped", entry, device)
+        entry = _trusted(spec, problem, device, entry, "shipped", unchecked)
+        if entry is not None:
+            return _tuned(spec, "shipped", entry, device)
     entry = version_policy.checked_entry(spec, problem, device, shipped)  # recorded under another Triton
     if entry is not None:
         return _tuned(spec, "shipped", entry, device)
-    bucketed = buckets.bucket_resolution(spec, problem, device, lambda k: _own(store, k) or shipped.get(k))
+    bucketed = buckets.bucket_resolution(spec, problem, device, lambda k: _edge(store, shipped, k))
     if bucketed is not None and bucketed.layer:
         return Resolution(bucketed.layer, bucketed.config, bucketed.entry, bucketed.note)
     note = bucketed.note if bucketed is not None else ""
     if spec.torch_fallback and not device.is_interpreter and settings.untuned() == "torch":
         return Resolution("torch", TORCH, note=note)
     local = store.scope_entries(spec.name, device.key) if store is not None else []
-    entry = nearest_entry(spec, problem, device, [*local, *shipped_scope(spec.name, device.key)])
+    others = [e for e in (*local, *shipped_scope(spec.name, device.key)) if e.key != key]  # this key's: refused above
+    entry = nearest_entry(spec, problem, device, others)
     if entry is not None:
         return Resolution("nearest", entry.config, entry, note)
     from tunekit.tuning.untuned import model_pick  # the model: only where Triton serves untuned problems
@@ -109,6 +125,32 @@ def _own(store: Store | None, key: CacheKey) -> Entry | None:
     return store.get(key) if store is not None else None
 
 
+def _edge(store: Store | None, shipped: Mapping[CacheKey, Entry], key: CacheKey) -> Entry | None:
+    """A bucket edge's entry: the working cache's (holding a shipped demotion of its key), else the shipped one."""
+    own = _own(store, key)
+    return held_by_key(own, shipped.get(key)) if own is not None else shipped.get(key)
+
+
+def _trusted(
+    spec: KernelSpec, problem: Problem, device: DeviceFingerprint, entry: Entry, layer: str, unchecked: list[str]
+) -> Entry | None:
+    """The entry where it may serve (tuned here, or its config checked here: version_policy.trusted), else None."""
+    try:
+        return version_policy.trusted(spec, problem, device, entry, layer)
+    except version_policy.Provisional as waiting:
+        unchecked.append(str(waiting))
+        return None
+
+
+def held_by_key(entry: Entry, shipped: Entry | None) -> Entry:
+    """A working-cache entry, holding the demotion of its problem's shipped entry: a demotion stays with its problem
+    until the model verifies the entry that replaced it (tunekit.store.entry.verified_in_model)."""
+    if shipped is None or demotion(entry) is not None or model_verified(entry):
+        return entry
+    why = demotion(shipped)
+    return entry if why is None else replace(entry, provenance={**entry.provenance, HELD: why})
+
+
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
     torch_candidate: torch is a candidate like any config), or where the entry is launch-bound and holds no torch
@@ -116,7 +158,7 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
     step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
     every device, the interpreter included, so the demotion path runs in the CPU tests."""
-    if spec.torch_fallback and DEMOTED in entry.provenance:
+    if spec.torch_fallback and demotion(entry) is not None:
         return Resolution("demoted", TORCH, entry)
     if not spec.torch_fallback or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
@@ -210,7 +252,8 @@ class Dispatcher:
         logger.debug("tunekit: %s %s served by %s: %s", spec.name, key, resolution.layer, dict(resolution.config))
         self.counters[resolution.layer] += 1
         self.served_by[key] = resolution.layer
-        self.memo[key] = resolution.config
+        if not resolution.provisional:
+            self.memo[key] = resolution.config
         return resolution.config
 
     def _tune(self, spec: KernelSpec, problem: Problem, device: DeviceFingerprint, store: Store | None) -> Resolution:

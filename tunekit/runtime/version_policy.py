@@ -28,8 +28,9 @@ import contextlib
 import contextvars
 import json
 import logging
+import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,16 @@ from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import TORCH_MS, Entry
+from tunekit.store.bounded_file import UnreadableFileError, load_json
+from tunekit.store.entry import IMPORTED, TORCH_MS, Entry, bad_record, config_digest
 from tunekit.store.key import CacheKey
 
-__all__ = ["Verdict", "candidate", "checked_entry", "describe", "no_checks", "verdicts_path"]
+__all__ = ["Verdict", "candidate", "check_once", "checked_entry", "describe", "no_checks", "trusted", "verdicts_path"]
 
 logger = logging.getLogger("tunekit")
 
 FORMAT = "tunekit-other-triton"
+CHECKED_FORMAT = "tunekit-checked-here"
 SCHEMA = 1
 RECORD_SLACK = 1.10  # without a torch baseline: served within 10% of the time it was recorded with
 _CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar("tunekit_other_triton_checks", default=True)
@@ -93,49 +96,92 @@ def verdicts_path() -> Path:
     return settings.cache_dir() / "other_triton.json"
 
 
+def checked_path() -> Path:
+    """The verdicts of the checks of entries this machine did not tune (imported or shipped: `trusted`)."""
+    return settings.cache_dir() / "checked_here.json"
+
+
 def _verdict_key(entry: Entry, device: DeviceFingerprint) -> str:
-    return f"{entry.key.digest}:{device.key}"
+    """The entry's key, this device and its config: a config swapped after it passed is checked again."""
+    return f"{entry.key.digest}:{device.key}:{config_digest(entry.config)}"
 
 
-def _read_verdicts() -> dict[str, Any]:
+def _format(path: Path) -> str:
+    return CHECKED_FORMAT if path.name == checked_path().name else FORMAT
+
+
+# Per verdict file: (its signature when read, its verdicts); and the verdicts this process reached, by (file, key).
+_READ: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
+_REACHED: dict[tuple[Path, str], Verdict] = {}
+
+
+def _signature(path: Path) -> tuple[int, ...] | None:
     try:
-        data = json.loads(verdicts_path().read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _read_verdicts(path: Path | None = None) -> dict[str, Any]:
+    """The verdicts a file holds (kept until it changes: a miss of another key costs no parse)."""
+    path = path or verdicts_path()
+    signature = _signature(path)
+    cached = _READ.get(path)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    try:  # the one bounded reader: never blocks on a FIFO, never recurses on deep nesting
+        data = load_json(path, "the verdicts of checks run here")
+    except UnreadableFileError as exc:
+        if exc.missing:
+            return {}
+        logger.warning("tunekit: ignoring %s (%s): its entries are checked again", path, exc)
         return {}
-    except (OSError, ValueError) as exc:
-        logger.warning("tunekit: ignoring %s (%s): its entries are checked again", verdicts_path(), exc)
+    expected = _format(path)
+    if not isinstance(data, dict) or data.get("format") != expected or not isinstance(data.get("verdicts"), dict):
+        logger.warning("tunekit: ignoring %s: not a %s file", path, expected)
         return {}
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("verdicts"), dict):
-        logger.warning("tunekit: ignoring %s: not a %s file", verdicts_path(), FORMAT)
-        return {}
+    if signature is not None:
+        _READ[path] = (signature, data["verdicts"])
     return data["verdicts"]
 
 
-def recorded(entry: Entry, device: DeviceFingerprint) -> Verdict | None:
-    return Verdict.from_json(_read_verdicts().get(_verdict_key(entry, device)))
+def recorded(entry: Entry, device: DeviceFingerprint, path: Path | None = None) -> Verdict | None:
+    """The verdict of `entry`'s config on `device`: reached in this process, else read from the file."""
+    path = path or verdicts_path()
+    key = _verdict_key(entry, device)
+    verdict = _REACHED.get((path, key))
+    if verdict is None:
+        verdict = Verdict.from_json(_read_verdicts(path).get(key))
+        if verdict is not None:
+            _REACHED[(path, key)] = verdict
+    return verdict
 
 
-def _record(entry: Entry, device: DeviceFingerprint, verdict: Verdict, from_triton: str) -> None:
+def _record(entry: Entry, device: DeviceFingerprint, verdict: Verdict, path: Path | None = None, **fields: str) -> None:
     """Add the verdict to the file (atomically). A cache directory that cannot be written costs a re-check in the
     next process, never the call."""
     from tunekit.core.errors import TunekitError
     from tunekit.store.atomic import write_atomically
 
-    verdicts = _read_verdicts()
+    path = path or verdicts_path()
+    _REACHED[(path, _verdict_key(entry, device))] = verdict
+    verdicts = dict(_read_verdicts(path))
     verdicts[_verdict_key(entry, device)] = {
         **verdict.to_json(),
         "kernel": entry.key.kernel,
         "problem": dict(entry.key.problem),
-        "from_triton": from_triton,
+        "config": dict(entry.config),
+        **fields,
         "triton": device.triton_version,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    document = {"format": FORMAT, "schema": SCHEMA, "verdicts": verdicts}
+    document = {"format": _format(path), "schema": SCHEMA, "verdicts": verdicts}
     try:
-        verdicts_path().parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(verdicts_path(), [json.dumps(document, indent=1, sort_keys=True)])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, [json.dumps(document, indent=1, sort_keys=True)])
     except (OSError, TunekitError) as exc:
-        logger.warning("tunekit: could not record the Triton check of %s: %s", entry.key.kernel, exc)
+        logger.warning("tunekit: could not record the check of %s in %s: %s", entry.key.kernel, path, exc)
 
 
 def _other_triton_keys(device: DeviceFingerprint, entries: Mapping[CacheKey, Entry]) -> list[tuple[str, str]]:
@@ -189,7 +235,7 @@ def checked_entry(
         if not _CHECKS.get() or _capturing():
             return None
         verdict = check(spec, problem, entry, device)
-        _record(entry, device, verdict, str(entry.device.get("triton_version", "?")))
+        _record(entry, device, verdict, from_triton=str(entry.device.get("triton_version", "?")))
         logger.info(
             "tunekit: %s %s, Triton %s entry: %s",
             spec.name,
@@ -256,3 +302,92 @@ def describe(entry: Entry, device: DeviceFingerprint) -> str:
         return f"Triton {theirs} entry: checked under Triton {device.triton_version} on first use, served if it passes"
     what = "serves" if verdict.served else "refused, torch serves"
     return f"Triton {theirs} entry, checked under Triton {device.triton_version}: {what} ({verdict.reason})"
+
+
+# ------------------------------------------------------------------------------------------ checked before served
+
+
+def trusted(spec: KernelSpec, problem: Problem, device: DeviceFingerprint, entry: Entry, source: str) -> Entry | None:
+    """dispatch's hook for the entry of `problem` found in layer `source` ("cache" or "shipped"): the entry where it
+    may serve, None where it may not. An entry tuned here serves; one that came from an import or a shipped database
+    or pack serves once its config passed the kernel's reference here (checked now, once per config, recorded in
+    `checked_path()`). Under `no_checks` (tunekit show), or resolved for another device than this machine's (a
+    report: a check runs only on the device itself), an unchecked entry is reported as it serves once it passes;
+    while a graph is captured or traced, it is not served and the resolution is not kept (`provisional`)."""
+    if source == "cache" and IMPORTED not in entry.provenance:
+        return entry
+    what = "imported" if source == "cache" else "shipped"
+    verdict = recorded(entry, device, checked_path())
+    if verdict is None and (not _CHECKS.get() or not _here(device)):
+        return entry if bad_record(entry) is None else None
+    if verdict is None and _capturing():
+        raise Provisional(f"the {what} entry is checked on the first call outside a captured or traced graph")
+    if verdict is None:
+        verdict = _verdict_of(entry, device, what, lambda: verify_here(spec, problem, entry.config))
+    return entry if verdict.served else None
+
+
+def _here(device: DeviceFingerprint) -> bool:
+    """Whether `device` is this machine's (where a check can run)."""
+    from tunekit.core.device import fingerprint
+
+    return device.key == fingerprint().key
+
+
+class Provisional(Exception):
+    """Raised by `trusted` where a check cannot run now (a graph captured or traced, the device out of memory):
+    dispatch serves the next layer and keeps no memo of it. Never reaches a user."""
+
+
+def check_once(entry: Entry, device: DeviceFingerprint, what: str, run: Callable[[], str | None]) -> Verdict | None:
+    """The verdict of `entry`'s config on `device` under the kernel's own check: the recorded one, else `run()` now
+    (None: correct; otherwise why not), recorded under the config's digest; a refusal is said in one warning line.
+    `what` names where the entry came from ("imported", "shipped"). None where the check cannot run now (the
+    device out of memory): nothing is recorded."""
+    verdict = recorded(entry, device, checked_path())
+    if verdict is not None:
+        return verdict
+    try:
+        return _verdict_of(entry, device, what, run)
+    except Provisional:
+        return None
+
+
+def _verdict_of(entry: Entry, device: DeviceFingerprint, what: str, run: Callable[[], str | None]) -> Verdict:
+    from tunekit.core.render import brief, plain
+    from tunekit.store.user_entries import user_problem_text
+
+    bad = bad_record(entry)
+    why = f"its own trials say {bad.status} ({bad.error})" if bad is not None else run()
+    verdict = Verdict(why is None, "correct here" if why is None else why[:300])
+    _record(entry, device, verdict, checked_path(), source=what)
+    if why is not None:
+        logger.warning(
+            "tunekit: %s %s: the %s config %s %s here (%s); not served",
+            plain(entry.key.kernel),
+            user_problem_text(dict(entry.key.problem)),
+            what,
+            brief(dict(entry.config), 200),
+            "fails" if why.startswith("fails") else "gives wrong results",
+            plain(why[:200]),
+        )
+    return verdict
+
+
+def verify_here(spec: KernelSpec, problem: Problem, config: Mapping[str, Any], seed: int = 0) -> str | None:
+    """`config` run once on fresh inputs with its outputs poisoned and compared with the reference (what the tuner
+    checks of every candidate): None when correct, else why not. No autograd and no autocast, as `check`. A device
+    out of memory raises Provisional: the check is not the config's to fail."""
+    import torch
+
+    from tunekit.core import backend
+    from tunekit.tuning import verify
+
+    where = backend.torch_device()
+    try:
+        with torch.no_grad(), torch.autocast(where.type, enabled=False):
+            return verify.verify_config(spec, dict(config), problem, where, seed)
+    except torch.OutOfMemoryError:
+        raise Provisional("the device is out of memory: checked on a later call") from None
+    except Exception as exc:  # an entry from elsewhere may break in any way: whatever it is, it is not served
+        return f"fails here: {type(exc).__name__}: {str(exc)[:200]}"

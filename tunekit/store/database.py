@@ -7,7 +7,10 @@ An imported document is checked as strictly as serving checks a config, before a
 - every config is in its kernel's space, and the best config and every config measured "ok" pass the space's rules
   for the entry's problem on the entry's device (the device object must be the one its key names);
 - no time is below the physical floor of its problem (`time_floor_ms`);
-- the local best is kept unless the imported entry was measured faster by the same timer (`provenance.timer`).
+- the local best is kept unless the imported entry was measured faster by the same timer (`provenance.timer`);
+  an import never overwrites a local trial record nor makes best a config local trials measured wrong or failed,
+  and an imported best is served only after its config passed the kernel's check here once
+  (tunekit.runtime.version_policy.trusted).
 Export writes atomically (tunekit.store.atomic): a full disk leaves the old file whole, and a symbolic link at the
 destination is refused, never followed.
 """
@@ -31,15 +34,25 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.errors import DatabaseError, TunekitError
 from tunekit.core.problems import problem_error
 from tunekit.core.registry import get_spec, kernel_names
-from tunekit.core.render import all_text, brief
+from tunekit.core.render import all_text, brief, plain
+from tunekit.core.space import config_id
 from tunekit.core.spec import KernelSpec
 from tunekit.store.atomic import write_atomically
 from tunekit.store.document_reader import FORMAT, DocumentText, open_document
-from tunekit.store.entry import TRIAL_STATUSES, Entry, merge_entries
+from tunekit.store.entry import (
+    HELD,
+    IMPORTED,
+    LOCAL_MARKS,
+    TRIAL_STATUSES,
+    Entry,
+    bad_record,
+    demotion,
+    merge_entries,
+)
 from tunekit.store.floors import floor_text, time_floor_ms
 from tunekit.store.key import SCHEMA_VERSION, CacheKey
 from tunekit.store.store import Store
-from tunekit.store.user_entries import is_user_kernel, validate_user_entry
+from tunekit.store.user_entries import is_user_kernel, user_problem_text, validate_user_entry
 
 logger = logging.getLogger("tunekit")
 
@@ -267,6 +280,7 @@ class ImportResult:
     added: int  # keys the store did not hold
     improved: int  # keys whose best the imported entry replaced (faster, by the same timer)
     kept: int  # keys whose local best stayed (as fast or faster, or measured by another timer)
+    refused: int = 0  # keys whose imported best local trials measured wrong or failed (the local entry stays)
 
     @property
     def changed(self) -> int:
@@ -279,7 +293,7 @@ def import_document(store: Store, path: Path) -> ImportResult:
     doc = open_document(path)
     for _ in _entries(doc):  # validate everything first, holding no lock and one entry at a time
         pass
-    outcomes = {"added": 0, "improved": 0, "kept": 0}
+    outcomes = {"added": 0, "improved": 0, "kept": 0, "refused": 0}
     with store.transaction():
         for entry in _entries(doc):
             outcomes[_import_one(store, entry, path)] += 1
@@ -293,15 +307,40 @@ def same_timer(a: Entry, b: Entry) -> bool:
 
 
 def _import_one(store: Store, entry: Entry, path: Path) -> str:
-    """Merge one validated entry: 'added', 'improved' or 'kept' (the local entry is left as it was)."""
+    """Merge one validated entry: 'added', 'improved', 'kept' or 'refused' (the local entry is left as it was, not a
+    byte written). What an import may not change: a local trial record (the file's records of configs measured here
+    are dropped), a best whose config local trials measured wrong or failed (refused, in one warning), and marks only
+    this machine sets (tunekit.store.entry.LOCAL_MARKS). An imported best is served after one check here
+    (tunekit.runtime.version_policy.trusted), as its `imported_from` provenance says."""
+    provenance = {k: v for k, v in entry.provenance.items() if k not in LOCAL_MARKS}
+    incoming = dataclasses.replace(entry, provenance={**provenance, IMPORTED: path.name})
     before = store.get(entry.key)
-    if before is not None and not same_timer(before, entry):
-        return "kept"  # not comparable: the local best and its trials stay as they are
-    provenance = {**entry.provenance, "imported_from": path.name}
-    after = store.put(Entry(entry.key, entry.config, entry.time_ms, entry.device, provenance, entry.trials))
     if before is None:
+        store.put(incoming)
         return "added"
-    return "improved" if after.config != before.config or after.time_ms != before.time_ms else "kept"
+    if not same_timer(before, entry):
+        return "kept"  # not comparable: the local best and its trials stay as they are
+    bad = bad_record(before, entry.config)
+    if bad is not None:
+        logger.warning(
+            "tunekit: %s: not imported for %s %s: its best config %s was measured %s here (%s); the local entry stays",
+            plain(path.name),
+            plain(entry.key.kernel),
+            user_problem_text(dict(entry.key.problem)),
+            brief(entry.config, 200),
+            bad.status,
+            plain(str(bad.error)[:200]),
+        )
+        return "refused"
+    measured_here = {config_id(t.config) for t in before.trials}
+    incoming = dataclasses.replace(
+        incoming, trials=tuple(t for t in entry.trials if config_id(t.config) not in measured_here)
+    )
+    merged = merge_entries(before, incoming)
+    if merged.config == before.config and merged.time_ms == before.time_ms:
+        return "kept"
+    store.put(incoming)
+    return "improved"
 
 
 PACKS = "packs"  # cache/packs/<model>.json: the model packs (tunekit.evaluation.model_packs)
@@ -336,8 +375,17 @@ def read_shipped(root: Traversable) -> dict[CacheKey, Entry]:
                 entry = dataclasses.replace(entry, provenance={**entry.provenance, "pack": pack})
             old = found.get(entry.key)
             # two packs holding one problem: the faster best, demoted if either pack's model was slower with it
-            found[entry.key] = entry if old is None else merge_entries(old, entry)
+            found[entry.key] = entry if old is None else _merge_shipped(old, entry)
     return found
+
+
+def _merge_shipped(a: Entry, b: Entry) -> Entry:
+    """Two shipped databases' entries of one key: their merge, and the problem demoted (held) where either is."""
+    merged = merge_entries(a, b)
+    why = demotion(a) or demotion(b)
+    if why is None or demotion(merged) is not None:
+        return merged
+    return dataclasses.replace(merged, provenance={**merged.provenance, HELD: why})
 
 
 @functools.lru_cache(maxsize=1)

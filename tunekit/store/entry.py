@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from tunekit.core.canonical import digest
 from tunekit.core.space import Value, config_id
 from tunekit.store.key import CacheKey
 
@@ -59,31 +60,93 @@ class Entry:
 
 
 TORCH_MS = "torch_ms"  # provenance: torch's own op timed by the tuning run (tunekit.tuning.torch_candidate)
-# provenance: why this entry made a model step slower, measured in the model (tunekit.evaluation.tune_model); dispatch
-# then serves torch's op for it. It stays through re-tuning and merges until the entry is forgotten.
+# provenance: why this entry's best config made a model step slower, measured in the model (tunekit.evaluation.
+# tune_model); dispatch then serves torch's op for the problem.
 DEMOTED = "demoted"
+# provenance: the demotion of the config this entry replaced (a faster best from an import or a new tune). A demotion
+# is the problem's: dispatch serves torch's op until the model verifies the new best (`verified_in_model`).
+HELD = "demotion_held"
+# provenance: the digest of the best config tune_model verified in the model; it lifts a held or shipped demotion.
+MODEL_VERIFIED = "model_verified"
+IMPORTED = "imported_from"  # provenance: the file an entry was imported from (served after one check here)
+# Set here only, never taken from an imported file: a file claiming them would vouch for itself.
+LOCAL_MARKS = (MODEL_VERIFIED,)
 # provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate): {"kernel_ms": the entry's
 # kernel as Inductor builds it, "inductor_ms": torch's op compiled}; under compile the kernel serves where it wins.
 UNDER_COMPILE = "under_compile"
+BAD_STATUSES = ("wrong", "failed")
+
+
+def config_digest(config: dict[str, Value]) -> str:
+    """A config's identity as text (what the verdict of a check on it is recorded under)."""
+    return digest(sorted(config.items()))
 
 
 def demoted(entry: Entry, why: str) -> Entry:
-    return replace(entry, provenance={**entry.provenance, DEMOTED: why})
+    provenance = {k: v for k, v in entry.provenance.items() if k not in (HELD, MODEL_VERIFIED)}
+    return replace(entry, provenance={**provenance, DEMOTED: why})
+
+
+def verified_in_model(entry: Entry) -> Entry:
+    """`entry` as verified in the model (tune_model): a demotion held for its problem, or a shipped one, is lifted."""
+    provenance = {k: v for k, v in entry.provenance.items() if k != HELD}
+    return replace(entry, provenance={**provenance, MODEL_VERIFIED: config_digest(entry.config)})
+
+
+def model_verified(entry: Entry) -> bool:
+    return entry.provenance.get(MODEL_VERIFIED) == config_digest(entry.config)
+
+
+def demotion(entry: Entry) -> str | None:
+    """Why dispatch serves torch's op for the entry's problem: its best config's own demotion, or one it holds for
+    the config it replaced (until the model verifies it); None when neither."""
+    why = entry.provenance.get(DEMOTED)
+    if why is None and not model_verified(entry):
+        why = entry.provenance.get(HELD)
+    return None if why is None else str(why)
+
+
+def bad_record(entry: Entry, config: dict[str, Value] | None = None) -> TrialRecord | None:
+    """The entry's own trial record marking `config` (default: its best) wrong or failed, or None."""
+    wanted = config_id(entry.config if config is None else config)
+    found = [t for t in entry.trials if config_id(t.config) == wanted]
+    return found[-1] if found and found[-1].status in BAD_STATUSES else None
 
 
 def merge_entries(old: Entry, new: Entry) -> Entry:
-    """Keep the faster best; keep every trial measured by either (the newer record wins per config), and the newer
-    timing of torch's op (a run's last entry has it, the checkpoints stored during its search do not)."""
+    """Keep the faster best whose config the merged trials do not mark wrong or failed; keep every trial measured by
+    either (the newer record wins per config), and the newer timing of torch's op (a run's last entry has it, the
+    checkpoints stored during its search do not).
+
+    A demotion belongs to a config: the winner keeps its own, and either side's of the same config. A demotion of
+    the config `old` held is kept with the problem (HELD: torch serves it until the model verifies the new best);
+    one that comes with a losing `new` (an import, a checkpoint) is not moved onto the winner."""
     if old.key != new.key:
         raise ValueError("merge_entries needs entries with the same key")
     trials: dict[Any, TrialRecord] = {config_id(t.config): t for t in old.trials}
     trials.update({config_id(t.config): t for t in new.trials})
-    winner = new if _faster(new.time_ms, old.time_ms) else old
+
+    def bad(entry: Entry) -> bool:
+        record = trials.get(config_id(entry.config))
+        return record is not None and record.status in BAD_STATUSES
+
+    winner, loser = (new, old) if _faster(new.time_ms, old.time_ms) else (old, new)
+    if bad(winner) and not bad(loser):
+        winner, loser = loser, winner
     provenance = dict(winner.provenance)
-    for kept in (TORCH_MS, DEMOTED, UNDER_COMPILE):  # the newer record of each, from either side
+    for kept in (TORCH_MS, UNDER_COMPILE):  # the newer record of each, from either side
         value = new.provenance.get(kept, old.provenance.get(kept))
         if value is not None:
             provenance[kept] = value
+    same_config = config_id(loser.config) == config_id(winner.config)
+    if same_config:
+        for kept in (DEMOTED, HELD, MODEL_VERIFIED):  # marks of this very config or problem, from either side
+            value = new.provenance.get(kept, old.provenance.get(kept))
+            if value is not None:
+                provenance[kept] = value
+    held = demotion(old) if winner is new and not same_config else None
+    if held is not None and DEMOTED not in provenance and HELD not in provenance:
+        provenance[HELD] = held
     return replace(winner, trials=tuple(trials.values()), provenance=provenance)
 
 

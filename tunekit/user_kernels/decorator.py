@@ -112,7 +112,7 @@ class Autotuned(KernelInterface[Any]):
     def _resolve(self, call: Call) -> TritonConfig:
         """The config for a key not yet seen in this process: stored (and still one of the candidates), or measured."""
         problem = self.key_maker.problem(call.named)
-        entry = self.stored.lookup(problem)
+        entry = self.stored.lookup(problem, lambda config: self.searcher.check(self.stored, call, problem, config))
         if entry is not None:
             config = self.candidates.find(entry.config, problem, self.stored.device)
             if config is not None:

@@ -27,7 +27,7 @@ from tunekit.tuning.verify import KNOWN_KERNEL_FAILURES, failure, verify_config
 from tunekit.user_kernels.configs import Candidates, as_dict
 from tunekit.user_kernels.launch import Call, Hooks, launch
 from tunekit.user_kernels.stored import StoredKernel, describe
-from tunekit.user_kernels.verify import Reference, user_spec
+from tunekit.user_kernels.verify import Reference, UserSpec, user_spec
 
 logger = logging.getLogger("tunekit")
 
@@ -83,13 +83,9 @@ class Searcher:
     trials: int
     count: Callable[[int], None] = field(default=lambda n: None)  # benchmarks run, for the kernel's counters
 
-    def measure(
-        self, stored: StoredKernel, call: Call, problem: dict[str, Value], pruned: list[TritonConfig] | None = None
-    ) -> Entry:
-        """The best candidate for `call`'s problem, as an entry (not yet stored); a config list's `pruned` configs
-        when already pruned. Raises one line when none works."""
+    def _spec(self, stored: StoredKernel, call: Call, problem: dict[str, Value]) -> UserSpec:
         by_id = self.candidates.by_id()
-        spec = user_spec(
+        return user_spec(
             self.name,
             self.fn,
             call,
@@ -101,6 +97,22 @@ class Searcher:
             self.tolerances,
             lambda config: by_id.get(config_id(config)),
         )
+
+    def check(self, stored: StoredKernel, call: Call, problem: dict[str, Value], config: Config) -> str | None:
+        """A stored config that was not measured here (imported, or in a package's database), run once on fresh
+        copies of the call's arguments with its outputs poisoned and compared with the reference (without one, it
+        must run): None when it passes, else why not."""
+        try:
+            return verify_config(self._spec(stored, call, problem), dict(config), problem, _device_of(call), seed=1)
+        except KNOWN_KERNEL_FAILURES as exc:
+            return f"fails here: {type(exc).__name__}: {str(exc)[:200]}"
+
+    def measure(
+        self, stored: StoredKernel, call: Call, problem: dict[str, Value], pruned: list[TritonConfig] | None = None
+    ) -> Entry:
+        """The best candidate for `call`'s problem, as an entry (not yet stored); a config list's `pruned` configs
+        when already pruned. Raises one line when none works."""
+        spec = self._spec(stored, call, problem)
         if self.candidates.space is not None:
             return self._search(spec, stored, problem)
         records: list[TrialRecord] = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ from tunekit.core.errors import CacheError, DatabaseError
 from tunekit.core.identity import explain_change, make_identity, walk_jit
 from tunekit.core.space import Value
 from tunekit.core.triton_adapter import innermost_jit
-from tunekit.store.entry import Entry, TrialRecord
+from tunekit.runtime import version_policy
+from tunekit.store.entry import IMPORTED, Entry, TrialRecord, bad_record
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 from tunekit.user_kernels.configs import Candidates
@@ -31,6 +32,8 @@ logger = logging.getLogger("tunekit")
 
 # Bumped when what a user kernel's entry means changes (how its key or configs are stored).
 VERSION = 1
+
+Check = Callable[[dict[str, Value]], "str | None"]  # a config checked on a launch's inputs: None, or why it fails
 
 
 def kernel_identity(jit_fn: Any, candidates: Candidates) -> str:
@@ -60,15 +63,35 @@ class StoredKernel:
     def key(self, problem: dict[str, Value]) -> CacheKey:
         return CacheKey.make(self.name, self.identity, self.device.key, problem)
 
-    def lookup(self, problem: dict[str, Value]) -> Entry | None:
-        """The entry for `problem` on this device under this code: the working store's, else a shipped one's."""
+    def lookup(self, problem: dict[str, Value], check: Check | None = None) -> Entry | None:
+        """The entry for `problem` on this device under this code: the working store's, else a shipped one's.
+
+        With `check` (a launch's own check of a config: None when it passes, else why not), an entry that was not
+        measured here (imported, or from a package's database) is returned only once its config passed it, once per
+        config (recorded: tunekit.runtime.version_policy.check_once); a refused imported config is recorded wrong
+        in the store, so no later merge makes it the best again."""
         key = self.key(problem)
         try:
             entry = Store().get(key)
         except CacheError as exc:
             self._warn("open", f"tunekit: {self.name}: {exc}; measuring instead")
             entry = None
-        return entry if entry is not None else self._shipped().get(key)
+        if entry is not None and IMPORTED in entry.provenance:
+            entry = self._checked(entry, "imported", problem, check)
+        if entry is not None:
+            return entry
+        shipped = self._shipped().get(key)
+        return None if shipped is None else self._checked(shipped, "shipped", problem, check)
+
+    def _checked(self, entry: Entry, what: str, problem: dict[str, Value], check: Check | None) -> Entry | None:
+        if check is None or self.candidates.find(entry.config, problem, self.device) is None:
+            return entry  # not for serving, or not a candidate (never served: the kernel says so)
+        verdict = version_policy.check_once(entry, self.device, what, lambda: check(entry.config))
+        if verdict is not None and verdict.served:
+            return entry
+        if verdict is not None and what == "imported" and bad_record(entry) is None:
+            self.record(replace(entry, trials=(TrialRecord(dict(entry.config), "wrong", error=verdict.reason),)))
+        return None
 
     def stale(self, problem: dict[str, Value]) -> list[Entry]:
         """Entries of this problem and device tuned for other code or candidates: never served, said once."""
