@@ -263,3 +263,14 @@ def test_tune_models_demotion_still_marks_the_stored_entry():
     assert gemm_layer() == "demoted"
     with Store() as store:
         assert resolve(GEMM, dict(entry.key.problem), fingerprint(), store).config is TORCH
+
+
+def test_an_entry_that_cannot_be_checked_now_is_not_served_nor_memoised(toy, tmp_path, monkeypatch):
+    """While a graph is captured or traced no check can run: the next layer serves, and the memo keeps nothing, so
+    the first call outside checks the entry and serves it."""
+    imported(tmp_path, toy_entry(toy, fingerprint(), 1.0, block=16))
+    monkeypatch.setattr(version_policy, "_capturing", lambda: True)
+    d = dispatcher("toy")
+    assert d.config(TOY_KEY)["BLOCK"] != 16 and TOY_KEY not in d.memo
+    monkeypatch.setattr(version_policy, "_capturing", lambda: False)
+    assert d.config(TOY_KEY)["BLOCK"] == 16 and d.served_by[TOY_KEY] == "cache" and TOY_KEY in d.memo

@@ -18,6 +18,13 @@ tuning. The policy (TUNEKIT_OTHER_TRITON, default `check`):
   untuned layers (torch's op on a GPU).
 - `TUNEKIT_OTHER_TRITON=never` serves no such entry. `tunekit show` says, per entry, which of these applies.
 
+The same one-time check, correctness only, guards every entry this machine did not tune (`trusted`): one imported
+into the working cache (`imported_from`), one of a shipped database or model pack, one of a user kernel's package
+database (tunekit.user_kernels.stored). Its verdict is recorded in `checked_here.json` under the entry's key, the
+device and the config's digest (as the other-Triton verdicts are), kept in memory once read, so a process pays one
+verification run per such problem the first time this machine meets it, and a config swapped after it passed is
+checked again. A refused config is said in one warning and the next layer serves.
+
 Only shipped entries are considered: a user's own cache, tuned under an older Triton, is re-tuned (`tunekit tune`
 measures only what is missing, with the old trials as a warm start).
 """
