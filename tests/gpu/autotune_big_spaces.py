@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"kernels: {', '.join(f'{k.name} ({len(k.configs(opts.smoke))} configs)' for k in kernels)}; out: {out}")
 
     phases: dict[str, Any] = {"compile": compile_ahead(kernels, opts.smoke, opts.compile_workers)}
-    table = exhaustive(kernels, opts.smoke, opts, deadline - TAIL_S, deadline - TAIL_S / 2)
+    table = exhaustive(kernels, opts.smoke, opts, deadline - TAIL_S, deadline - 0.8 * TAIL_S)
     phases["exhaustive_s"] = round(time.monotonic() - started, 1)
     table["phases"] = phases
     for note in table["left_out"]:
