@@ -83,7 +83,6 @@ class Autotuned(KernelInterface[Any]):
         self.cache: dict[tuple[Any, ...], TritonConfig] = {}  # as triton.autotune's: memo key -> config
         self.best_config: TritonConfig | None = None
         self._single = candidates.single
-        self._arg_set = frozenset(self.arg_names)
         self._tuned_kwargs: dict[int, dict[str, Any]] = {}  # id(config) -> its launch kwargs (configs live in cache)
 
     def _count(self, n: int) -> None:
@@ -94,10 +93,7 @@ class Autotuned(KernelInterface[Any]):
         if self._single is not None:
             config = self._single
         else:
-            named = dict(zip(self.arg_names, args))
-            if kwargs:
-                named.update((k, v) for k, v in kwargs.items() if k in self._arg_set)
-            memo = self.key_maker.memo_key(named)
+            memo = self.key_maker.memo_key(args, kwargs)
             config = self.cache.get(memo)
             if config is None:
                 config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))

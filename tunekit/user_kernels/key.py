@@ -13,6 +13,11 @@ from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.core.space import Value
 
 DTYPE_PREFIX = "dtype."  # a problem field naming the dtype of a tensor argument
+_NO_DTYPE = frozenset({int, float, bool, str, type(None)})  # the common launch arguments that never carry one
+
+
+def _has_dtype(value: Any) -> bool:
+    return type(value) not in _NO_DTYPE and hasattr(value, "dtype")
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,8 @@ class KeyMaker:
     kernel: str
     arg_names: tuple[str, ...]
     keys: tuple[str, ...]
+    key_positions: tuple[int, ...] = ()  # each key argument's position among the arguments
+    arg_set: frozenset[str] = frozenset()
 
     @classmethod
     def make(cls, kernel: str, arg_names: Sequence[str], keys: Sequence[str]) -> KeyMaker:
@@ -30,18 +37,28 @@ class KeyMaker:
             raise TunekitError(
                 f"{kernel}: key names {unknown}, which are not arguments; its arguments: {list(arg_names)}"
             )
-        return cls(kernel, tuple(arg_names), tuple(keys))
+        positions = tuple(list(arg_names).index(k) for k in keys)
+        return cls(kernel, tuple(arg_names), tuple(keys), positions, frozenset(arg_names))
 
-    def memo_key(self, named: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The in-process key (what triton.autotune keys its cache on). Raises one line if a key argument is missing."""
-        try:
-            values = [named[k] for k in self.keys]
-        except KeyError as exc:
-            raise InvalidInputError(
-                f"{self.kernel}: key argument {exc.args[0]!r} was not passed (key={list(self.keys)}); pass it "
-                "positionally or by name"
-            ) from None
-        values += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]  # `named` holds only arguments
+    def memo_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The in-process key of a launch (what triton.autotune keys its cache on: the key arguments' values, each
+        tensor argument's dtype), read from the call's own arguments: it runs on every launch, so no dict of the
+        arguments is built and a dtype stays an object. Raises one line if a key argument is missing."""
+        values = []
+        for name, position in zip(self.keys, self.key_positions):
+            if position < len(args):
+                values.append(args[position])
+            elif name in kwargs:
+                values.append(kwargs[name])
+            else:
+                raise InvalidInputError(
+                    f"{self.kernel}: key argument {name!r} was not passed (key={list(self.keys)}); pass it "
+                    "positionally or by name"
+                )
+        plain = _NO_DTYPE  # inlined, not _has_dtype: a call per argument is most of this function's time
+        values += [v.dtype for v in args if type(v) not in plain and hasattr(v, "dtype")]
+        if kwargs:
+            values += [(k, v.dtype) for k, v in kwargs.items() if k in self.arg_set and _has_dtype(v)]
         return tuple(values)
 
     def problem(self, named: Mapping[str, Any]) -> dict[str, Value]:
