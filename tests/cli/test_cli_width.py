@@ -118,5 +118,5 @@ def test_json_on_status_plan_explain_export_import(toy, tmp_path):
     db = tmp_path / "db.json"
     assert document("export", "--out", str(db), "--json")["exported"] == 1
     assert document("import", str(db), "--json") | {"file": None, "cache": None} == {
-        "file": None, "cache": None, "read": 1, "added": 0, "improved": 0, "kept": 1
+        "file": None, "cache": None, "read": 1, "added": 0, "improved": 0, "kept": 1, "refused": 0
     }  # fmt: skip

@@ -138,7 +138,7 @@ def test_cli_bench_kernel_shape_json(tmp_path):
         (["bench"], "--kernel NAME or --suite NAME"),
         (["bench", "--suite", "nope"], "unknown suite 'nope'"),
         (["bench", "--kernel", "nope"], "unknown kernel 'nope'"),
-        (["plot", "missing.json"], "cannot read missing.json"),
+        (["plot", "missing.json"], "cannot read the bench results missing.json: no such file"),
     ],
 )
 def test_cli_bench_errors_are_one_line(args, message):

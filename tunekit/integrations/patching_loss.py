@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tunekit import ops
 from tunekit.integrations.patching_guard import CallGuard, dtypes_of, signature
 from tunekit.ops import row_softmax as loss
+from tunekit.runtime import recorder
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _KEPT = "_tunekit_loss_function"  # on a patched model: (whether it held its own loss function, the original)
@@ -149,9 +150,14 @@ def _check(
     ignore_index = kwargs.get("ignore_index", _IGNORE)
     shifted = F.pad(few_labels, (0, 1), value=ignore_index)[..., 1:].reshape(-1).to(logits.device)
     items = kwargs.get("num_items_in_batch")
+
+    def fused() -> torch.Tensor:
+        with recorder.paused():  # a slice of the step's logits: no problem of the model's, so not in its plan
+            return _fused_loss(few_logits.reshape(-1, logits.shape[-1]), shifted, ignore_index, items)
+
     return guard.check(
         sig,
-        lambda: _fused_loss(few_logits.reshape(-1, logits.shape[-1]), shifted, ignore_index, items),
+        fused,
         lambda: original(few_logits, few_labels, vocab_size, **kwargs),
         lambda: f"logits, labels of {dtypes_of(logits, labels)}",
     )

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -127,6 +128,20 @@ def record_problems(path: Path | str | None = None, buckets: bool = True) -> Pro
     """A context manager recording every (kernel, problem) the ops resolve; writes a plan to `path` on exit (with
     `buckets`, token counts between bucket edges as the edges: the module's docstring)."""
     return ProblemRecorder(path, buckets)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No recording inside: for work that is no step of the model (a patch guard's check on a slice of the inputs),
+    whose problems a plan must not hold."""
+    with _LOCK:
+        held = list(ACTIVE)
+        ACTIVE.clear()
+    try:
+        yield
+    finally:
+        with _LOCK:
+            ACTIVE[:0] = held
 
 
 def note(kernel: str, problem: dict[str, Any]) -> None:
