@@ -387,13 +387,10 @@ def verify_here(spec: KernelSpec, problem: Problem, config: Mapping[str, Any], s
     out of memory raises Provisional: the check is not the config's to fail."""
     import torch
 
-    from tunekit.core import backend
-    from tunekit.tuning import verify
+    from tunekit.tuning.spot_check import check_here
 
-    where = backend.torch_device()
     try:
-        with torch.no_grad(), torch.autocast(where.type, enabled=False):
-            return verify.verify_config(spec, dict(config), problem, where, seed)
+        return check_here(spec, problem, config, seed)
     except torch.OutOfMemoryError:
         raise Provisional("the device is out of memory: checked on a later call") from None
     except Exception as exc:  # an entry from elsewhere may break in any way: whatever it is, it is not served
