@@ -152,3 +152,17 @@ def test_an_imported_correct_config_is_checked_once_then_served(tmp_path, monkey
     assert torch.allclose(out, want) and first.stats.measured == 0 and len(checks) == 1
     out, want = run(kernel())  # a new process: the recorded check answers
     assert torch.allclose(out, want) and len(checks) == 1
+
+
+def test_a_launch_never_takes_the_kwargs_of_a_dropped_config_at_the_same_address() -> None:
+    """The launch kwargs are memoised per config object: a config resolved and dropped, then another allocated at its
+    address, launched the dropped one's kwargs (BLOCK 16 while best_config said 64: a wrong answer, seen in 1 of
+    about 6 runs of tests/adversarial/issue44_trust.py). A stale memo at the new config's id must not be used."""
+    k = kernel()
+    out, want = run(k)
+    assert torch.allclose(out, want)
+    served = k.best_config
+    stale = triton.Config({"BLOCK": 16}, num_warps=1)
+    k._tuned_kwargs[id(served)] = (stale, stale.all_kwargs())  # what a dropped config at this address would leave
+    out, want = run(k)
+    assert k.best_config is served and torch.allclose(out, want)

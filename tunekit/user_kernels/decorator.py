@@ -83,7 +83,9 @@ class Autotuned(KernelInterface[Any]):
         self.cache: dict[tuple[Any, ...], TritonConfig] = {}  # as triton.autotune's: memo key -> config
         self.best_config: TritonConfig | None = None
         self._single = candidates.single
-        self._tuned_kwargs: dict[int, dict[str, Any]] = {}  # id(config) -> its launch kwargs (configs live in cache)
+        # id(config) -> (config, its launch kwargs): the config is held so that its id is never reused for another
+        # (a config resolved and dropped, then a new one at the same address, launched the first one's kwargs)
+        self._tuned_kwargs: dict[int, tuple[TritonConfig, dict[str, Any]]] = {}
 
     def _count(self, n: int) -> None:
         self.stats.benchmarks += n
@@ -98,9 +100,10 @@ class Autotuned(KernelInterface[Any]):
             if config is None:
                 config = self.cache[memo] = self._resolve(Call.bind(self.name, self.arg_names, grid, args, kwargs))
         self.best_config = config
-        tuned = self._tuned_kwargs.get(id(config))
-        if tuned is None:
-            tuned = self._tuned_kwargs[id(config)] = config.all_kwargs()
+        held = self._tuned_kwargs.get(id(config))
+        if held is None or held[0] is not config:
+            held = self._tuned_kwargs[id(config)] = (config, config.all_kwargs())
+        tuned = held[1]
         if config.pre_hook is not None:
             config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **tuned})
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **tuned)
