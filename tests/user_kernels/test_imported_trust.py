@@ -62,6 +62,12 @@ def run(k) -> tuple[torch.Tensor, torch.Tensor]:
     return out, x.sum(dim=1)
 
 
+def matches(out: torch.Tensor, want: torch.Tensor) -> bool:
+    """Within the check's own tolerance: a wrong config is off by ~8, and float32 sums in another order differ by
+    ~1e-7, past allclose's default atol of 1e-8 on a row whose sum is near zero (random rows: a flaky failure)."""
+    return torch.allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 def edited_export(path) -> None:
     """The store exported, then edited: BLOCK 16 is the best at 0.5 ms, and its trial says "ok"."""
     write_document(path, Store().entries())
@@ -85,7 +91,7 @@ def warnings_about_block_16(caplog) -> list[str]:
 def test_an_import_never_replaces_a_config_local_trials_marked_wrong(tmp_path, caplog):
     local = kernel()
     out, want = run(local)
-    assert torch.allclose(out, want) and local.best_config.kwargs["BLOCK"] == 64
+    assert matches(out, want) and local.best_config.kwargs["BLOCK"] == 64
     assert statuses(16) == statuses(32) == ["wrong"]
     edited_export(tmp_path / "edited.json")
     caplog.clear()
@@ -94,7 +100,7 @@ def test_an_import_never_replaces_a_config_local_trials_marked_wrong(tmp_path, c
         fresh = kernel()  # the next process: a new memo
         out, want = run(fresh)
     assert result.improved == 0 and result.refused == 1
-    assert fresh.best_config.kwargs["BLOCK"] == 64 and torch.allclose(out, want)
+    assert fresh.best_config.kwargs["BLOCK"] == 64 and matches(out, want)
     assert statuses(16) == ["wrong"]  # the imported "ok" trial did not overwrite the local record
     lines = warnings_about_block_16(caplog)
     assert len(lines) == 1 and "\n" not in lines[0] and "wrong" in lines[0], lines
@@ -112,7 +118,7 @@ def test_an_imported_wrong_config_in_a_fresh_cache_is_checked_refused_and_measur
     with caplog.at_level(logging.WARNING, logger="tunekit"):
         fresh = kernel()
         out, want = run(fresh)
-    assert torch.allclose(out, want) and fresh.best_config.kwargs["BLOCK"] == 64
+    assert matches(out, want) and fresh.best_config.kwargs["BLOCK"] == 64
     lines = warnings_about_block_16(caplog)
     assert any("imported" in line and "wrong" in line for line in lines), lines
     assert statuses(16)[-1] == "wrong"
@@ -122,7 +128,7 @@ def test_an_imported_wrong_config_in_a_fresh_cache_is_checked_refused_and_measur
     with caplog.at_level(logging.WARNING, logger="tunekit"):
         again = kernel()  # a later process: the stored, measured best; nothing checked or measured again
         out, want = run(again)
-    assert torch.allclose(out, want) and again.stats.measured == 0 and again.stats.stored == 1
+    assert matches(out, want) and again.stats.measured == 0 and again.stats.stored == 1
     assert not warnings_about_block_16(caplog)
 
 
@@ -133,7 +139,7 @@ def test_a_package_database_with_a_wrong_config_is_checked_before_served(tmp_pat
     with caplog.at_level(logging.WARNING, logger="tunekit"):
         user = kernel(databases=[tmp_path / "shipped.json"])
         out, want = run(user)
-    assert torch.allclose(out, want) and user.best_config.kwargs["BLOCK"] == 64
+    assert matches(out, want) and user.best_config.kwargs["BLOCK"] == 64
     assert any("wrong" in line for line in warnings_about_block_16(caplog))
 
 
@@ -149,20 +155,20 @@ def test_an_imported_correct_config_is_checked_once_then_served(tmp_path, monkey
     monkeypatch.setattr(search.Searcher, "check", lambda *a: checks.append(a) or real(*a))
     first = kernel()
     out, want = run(first)
-    assert torch.allclose(out, want) and first.stats.measured == 0 and len(checks) == 1
+    assert matches(out, want) and first.stats.measured == 0 and len(checks) == 1
     out, want = run(kernel())  # a new process: the recorded check answers
-    assert torch.allclose(out, want) and len(checks) == 1
+    assert matches(out, want) and len(checks) == 1
 
 
 def test_a_launch_never_takes_the_kwargs_of_a_dropped_config_at_the_same_address() -> None:
-    """The launch kwargs are memoised per config object: a config resolved and dropped, then another allocated at its
-    address, launched the dropped one's kwargs (BLOCK 16 while best_config said 64: a wrong answer, seen in 1 of
-    about 6 runs of tests/adversarial/issue44_trust.py). A stale memo at the new config's id must not be used."""
+    """The launch kwargs are memoised by the config's id: were a config dropped and another allocated at its address,
+    the old memo would launch the dropped one's kwargs (BLOCK 16 while best_config says 64). The memo holds its
+    config, and one that is not this config is never used."""
     k = kernel()
     out, want = run(k)
-    assert torch.allclose(out, want)
+    assert matches(out, want)
     served = k.best_config
     stale = triton.Config({"BLOCK": 16}, num_warps=1)
     k._tuned_kwargs[id(served)] = (stale, stale.all_kwargs())  # what a dropped config at this address would leave
     out, want = run(k)
-    assert k.best_config is served and torch.allclose(out, want)
+    assert k.best_config is served and matches(out, want)

@@ -83,8 +83,7 @@ class Autotuned(KernelInterface[Any]):
         self.cache: dict[tuple[Any, ...], TritonConfig] = {}  # as triton.autotune's: memo key -> config
         self.best_config: TritonConfig | None = None
         self._single = candidates.single
-        # id(config) -> (config, its launch kwargs): the config is held so that its id is never reused for another
-        # (a config resolved and dropped, then a new one at the same address, launched the first one's kwargs)
+        # id(config) -> (config, its launch kwargs): the config is held, so its id is never another config's
         self._tuned_kwargs: dict[int, tuple[TritonConfig, dict[str, Any]]] = {}
 
     def _count(self, n: int) -> None:
