@@ -57,21 +57,28 @@ def _plant(planted: dict[str, object]):
     return tune
 
 
+def _planted_timer(planted: dict, slow: float, fast: float, noise: bool = False):
+    """A fake step timer (CPU timings mean nothing): 10 ms, plus `slow` ms while the planted slow entry serves and
+    `fast` ms while the fast one does (read from the dispatcher's memo after the call), with a little noise."""
+
+    def timer(call, reps: int) -> float:
+        call()
+        memo = dispatcher("gemm").memo
+        ms = 10.0 + (0.01 * (time.perf_counter_ns() % 7) if noise else 0.0)
+        for which, extra in (("slow", slow), ("fast", fast)):
+            if planted and memo.get(planted[which]) == planted["configs"][planted[which]]:
+                ms += extra
+        return ms
+
+    return timer
+
+
 def test_a_planted_entry_that_slows_the_step_is_found_and_served_as_before() -> None:
     model = _model()
     x = torch.randn(24, 32)
     planted: dict = {}
 
-    def fake_timer(call, reps: int) -> float:
-        """10 ms, +3 ms while the slow entry serves, -0.5 ms while the fast one does (a little noise)."""
-        call()
-        memo = dispatcher("gemm").memo
-        ms = 10.0 + 0.01 * (time.perf_counter_ns() % 7)
-        if planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]]:
-            ms += 3.0
-        if planted and memo.get(planted["fast"]) == planted["configs"][planted["fast"]]:
-            ms -= 0.5
-        return ms
+    fake_timer = _planted_timer(planted, slow=3.0, fast=-0.5, noise=True)
 
     def train(m: torch.nn.Module) -> None:
         m(x).square().mean().backward()
@@ -178,14 +185,7 @@ def test_a_slower_step_with_no_single_cause_has_its_changes_served_as_before() -
     x = torch.randn(24, 32)
     planted: dict = {}
 
-    def fake_timer(call, reps: int) -> float:
-        call()
-        memo = dispatcher("gemm").memo
-        ms = 10.0
-        for which in ("slow", "fast"):  # here both planted entries are slightly slower
-            if planted and memo.get(planted[which]) == planted["configs"][planted[which]]:
-                ms += 0.15
-        return ms
+    fake_timer = _planted_timer(planted, slow=0.15, fast=0.15)  # here both planted entries are slightly slower
 
     def train(m: torch.nn.Module) -> None:
         m(x).square().mean().backward()
@@ -209,11 +209,7 @@ def test_a_step_slower_by_less_than_the_guarantee_is_left_as_tuned() -> None:
     x = torch.randn(24, 32)
     planted: dict = {}
 
-    def fake_timer(call, reps: int) -> float:
-        call()
-        memo = dispatcher("gemm").memo
-        slow = planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]]
-        return 10.05 if slow else 10.0  # 0.5% slower: inside the 1% guarantee
+    fake_timer = _planted_timer(planted, slow=0.05, fast=0.0)  # 0.5% slower: inside the 1% guarantee
 
     def prefill(m: torch.nn.Module) -> None:
         with torch.no_grad():
@@ -259,10 +255,7 @@ def test_a_step_served_as_before_is_reported_as_a_control() -> None:
     x = torch.randn(24, 32)
     planted: dict = {}
 
-    def fake_timer(call, reps: int) -> float:
-        call()
-        memo = dispatcher("gemm").memo
-        return 10.3 if planted and memo.get(planted["slow"]) == planted["configs"][planted["slow"]] else 10.0
+    fake_timer = _planted_timer(planted, slow=0.3, fast=0.0)
 
     def prefill(m: torch.nn.Module) -> None:
         with torch.no_grad():
