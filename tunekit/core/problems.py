@@ -14,7 +14,7 @@ from typing import Any
 
 from tunekit.core import backend
 from tunekit.core.errors import TunekitError
-from tunekit.core.render import brief
+from tunekit.core.render import brief, byte_size
 from tunekit.core.space import Value
 from tunekit.core.spec import KernelSpec
 
@@ -81,14 +81,6 @@ def check_problem(spec: KernelSpec, problem: Any) -> dict[str, Value]:
     return dict(problem)
 
 
-def _size_text(size: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 def fit_error(spec: KernelSpec, problem: Mapping[str, Value], memory: int | None = None) -> str | None:
     """Why a (declared) problem cannot be tuned on this machine, or None: its tensors (what it reads and writes,
     the spec's bytes_moved, a lower bound of what the tuner allocates) exceed the memory they would live in
@@ -101,8 +93,8 @@ def fit_error(spec: KernelSpec, problem: Mapping[str, Value], memory: int | None
         return None
     where = "the host's memory (kernels run in the interpreter)" if backend.INTERPRETED else "the GPU's memory"
     return (
-        f"{spec.name} {spec.describe_problem(problem)} cannot fit: its tensors take {_size_text(needed)}, more than "
-        f"the {_size_text(available)} of {where}"
+        f"{spec.name} {spec.describe_problem(problem)} cannot fit: its tensors take {byte_size(needed)}, more than "
+        f"the {byte_size(available)} of {where}"
     )
 
 

@@ -71,3 +71,13 @@ def brief(value: object, limit: int = 80) -> str:
     """repr(value) on one line, at most `limit` characters."""
     text = repr(value).replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def byte_size(size: float) -> str:
+    """A byte count for a message: whole units bare ("64 MiB"), others to one decimal ("1.5 GiB")."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while size >= 1024 and power < len(units) - 1:
+        size /= 1024
+        power += 1
+    return f"{size:.0f} {units[power]}" if size == int(size) else f"{size:.1f} {units[power]}"

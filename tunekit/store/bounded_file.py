@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from tunekit.core.errors import TunekitError
+from tunekit.core.render import byte_size
 from tunekit.store.file_safety import file_kind
 
 __all__ = [
@@ -57,11 +58,6 @@ class UnreadableFileError(TunekitError):
 
 def _cannot(path: Path, what: str, why: str, missing: bool = False) -> UnreadableFileError:
     return UnreadableFileError(f"cannot read {what + ' ' if what else ''}{path}: {why}", missing)
-
-
-def _size_text(limit: int) -> str:
-    mib, rest = divmod(limit, 1 << 20)
-    return f"{mib} MiB" if mib and not rest else f"{limit} bytes"
 
 
 @contextlib.contextmanager
@@ -110,7 +106,7 @@ def read_capped(file: Readable, limit: int) -> bytes | None:
 
 def read_bytes(path: Path, what: str = "", max_bytes: int = MAX_FILE_BYTES, too_big: str = "") -> bytes:
     """The bytes of the regular file at `path`, refused past `max_bytes` (`too_big`: what the message adds then)."""
-    refusal = f"larger than {_size_text(max_bytes)}, the most tunekit reads from one file"
+    refusal = f"larger than {byte_size(max_bytes)}, the most tunekit reads from one file"
     refusal += f" ({too_big})" if too_big else ""
     try:
         with open_regular(path, what) as (file, size):
