@@ -55,7 +55,7 @@ def rope_forward(
         # A function swapped in a copy of the globals is no place for per-call checks under dynamo (it cannot
         # guard on that function's closure): compiled, a module with a signature the op does not conform for
         # runs its own code throughout.
-        mismatched = torch.compiler.is_compiling() and guard.mismatched
+        mismatched = guard.mismatched and torch.compiler.is_compiling()  # the cheap test first: every call pays it
         own = forward if mismatched or traces_as_model_code("rotary_embedding") else patched
         return own(self, *args, **kwargs)
 
