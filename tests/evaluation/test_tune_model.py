@@ -83,7 +83,9 @@ def test_a_planted_entry_that_slows_the_step_is_found_and_served_as_before() -> 
     def train(m: torch.nn.Module) -> None:
         m(x).square().mean().backward()
 
-    report = tune_model(model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1)
+    report = tune_model(
+        model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1, in_step=False
+    )
     assert report.changed >= 2  # the planted two, and in the interpreter the problems they are now nearest to
     assert [d.step for d in report.demoted] == ["train"] and len(report.demoted) == 1
     # Only the slow problem is served as before (in the interpreter, the heuristic's config: its planted entry is
@@ -111,7 +113,7 @@ def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
         with torch.no_grad():
             m(x)
 
-    report = tune_model(model, {"prefill": infer}, timer=steady_timer, tune=_plant({}), rounds=2, reps=1)
+    report = tune_model(model, {"prefill": infer}, timer=steady_timer, tune=_plant({}), rounds=2, reps=1, in_step=False)
     assert report.changed >= 2 and report.demoted == []
     # each step's problems as plan lines (a budget weighs them per step): here every problem, all of them the step's
     assert len(report.step_problems["prefill"]) == report.problems > 0
@@ -137,7 +139,7 @@ def test_each_step_records_its_problems_and_what_it_was_served_before() -> None:
         return step
 
     steps = {"prefill": infer(prefill_x), "decode": infer(decode_x)}
-    report = tune_model(model, steps, timer=steady_timer, tune=_plant({}), rounds=2, reps=1)
+    report = tune_model(model, steps, timer=steady_timer, tune=_plant({}), rounds=2, reps=1, in_step=False)
     prefill, decode = (set(report.step_problems[s]) for s in ("prefill", "decode"))
     assert prefill and decode and not prefill & decode and len(prefill | decode) == report.problems
     assert report.changed >= 2  # the two planted GEMMs are the plan's first: the prefill step's
@@ -191,7 +193,9 @@ def test_a_slower_step_with_no_single_cause_has_its_changes_served_as_before() -
         m(x).square().mean().backward()
 
     spec, device = get_spec("gemm"), fingerprint()
-    report = tune_model(model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1)
+    report = tune_model(
+        model, {"train": train}, timer=fake_timer, tune=_plant(planted), rounds=3, reps=1, in_step=False
+    )
     assert report.demoted == []
     ((undone),) = report.undone
     assert undone.step == "train" and undone.vs_before == pytest.approx(10.0 / 10.3) and undone.problems >= 2
@@ -215,7 +219,9 @@ def test_a_step_slower_by_less_than_the_guarantee_is_left_as_tuned() -> None:
         with torch.no_grad():
             m(x)
 
-    report = tune_model(model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1)
+    report = tune_model(
+        model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1, in_step=False
+    )
     assert report.undone == [] and report.demoted == []
     spec, device = get_spec("gemm"), fingerprint()
     with Store() as store:
@@ -261,7 +267,9 @@ def test_a_step_served_as_before_is_reported_as_a_control() -> None:
         with torch.no_grad():
             m(x)
 
-    report = tune_model(model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1)
+    report = tune_model(
+        model, {"prefill": prefill}, timer=fake_timer, tune=_plant(planted), rounds=2, reps=1, in_step=False
+    )
     (step,) = report.steps
     # the slow entry is served as before (a culprit); the fast one stays changed, so this is no control
     assert len(report.demoted) == 1 and not step.as_before

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tunekit.cli.app import app, command
-from tunekit.cli.cache import export_cmd, forget, import_cmd, show
+from tunekit.cli.cache import export_cmd, forget, import_cmd, in_step, show
 from tunekit.cli.fleet import plan, requeue, status, worker
 from tunekit.cli.measure import bench, bench_host, devices, efficiency, explain, plot, record_cmd
 from tunekit.cli.models import model_bench
@@ -22,6 +22,7 @@ COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("requeue", requeue, "Queue again the jobs whose worker is gone."),
     ("plan", plan, "Write a plan (kernels x shapes x dtypes), or check one."),
     ("show", show, "What is tuned for this device, and what serves each problem."),
+    ("in-step", in_step, "Each problem timed alone and inside a model's step."),
     ("export", export_cmd, "Write the cache (or a fleet's store) as a tuning database."),
     ("import", import_cmd, "Check a tuning database, then merge it into the cache."),
     ("forget", forget, "Remove entries from the cache."),

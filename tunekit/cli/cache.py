@@ -279,3 +279,65 @@ def forget(
             return
         removed = forget_entries(store, selection)
     say(f"removed {counted(removed, 'entry')}")
+
+
+def in_step(
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per problem tune_model decided inside a model step: the tuner's time and torch's (each problem alone), and
+    the step's own: the ms per step run of the calls decided with it, as kept and as torch's op."""
+    import json
+
+    from tunekit.cli.views import printable, problem_text
+    from tunekit.core.device import fingerprint
+    from tunekit.core.registry import get_spec
+    from tunekit.store.database import shipped_entries
+    from tunekit.store.entry import IN_STEP
+    from tunekit.store.store import Store
+    from tunekit.tuning.torch_candidate import torch_time
+
+    device = fingerprint()
+    with Store() as store:
+        local = list(store.entries())
+    seen = {e.key for e in local}
+    entries = [*local, *(e for e in shipped_entries().values() if e.key not in seen)]
+    rows = []
+    for e in sorted(entries, key=lambda e: (e.key.kernel, str(e.key.problem))):
+        record = e.provenance.get(IN_STEP)
+        if e.key.device_key != device.key or (kernel is not None and e.key.kernel != kernel):
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("ms"), dict):
+            continue
+        served = str(record.get("served", ""))
+        ms = record["ms"]
+        rows.append(
+            {
+                "kernel": e.key.kernel,
+                "problem": problem_text(get_spec(e.key.kernel), dict(e.key.problem)),
+                "tuner_ms": e.time_ms,
+                "torch_ms": torch_time(e.provenance),
+                "step": record.get("step"),
+                "kept": served,
+                "in_step_ms": ms.get(served),
+                "in_step_torch_ms": ms.get("torch"),
+                "calls": record.get("calls"),
+            }
+        )
+    if json_out:
+        print(json.dumps({"device": device.label, "problems": rows}, indent=1, default=str))
+        return
+
+    def ms_text(value: object) -> str:
+        return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+    say(f"this device: {device.label}; in-step ms: the step's calls decided with the problem, per step run")
+    say(f"{'problem':<44} {'tuner ms':>9} {'torch ms':>9} {'step':<8} {'kept':<7} {'in-step':>9} {'torch':>9}")
+    for r in rows:
+        name = printable(f"{r['kernel']} {r['problem']}")[:44]
+        say(
+            f"{name:<44} {ms_text(r['tuner_ms']):>9} {ms_text(r['torch_ms']):>9} {printable(str(r['step']))[:8]:<8} "
+            f"{printable(r['kept'])[:7]:<7} {ms_text(r['in_step_ms']):>9} {ms_text(r['in_step_torch_ms']):>9}"
+        )
+    if not rows:
+        say("nothing measured in a step yet: tunekit.tune_model(model, steps) measures each problem where it runs")

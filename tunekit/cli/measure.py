@@ -16,6 +16,7 @@ from tunekit.core.errors import TunekitError
 
 if TYPE_CHECKING:
     from tunekit.core.space import Problem
+    from tunekit.core.spec import KernelSpec
     from tunekit.evaluation.results import BenchOptions, BenchRun
     from tunekit.evaluation.suite import Family
 
@@ -212,11 +213,30 @@ def explain(
             suggested = next((n for n in names if n.endswith(f"/{kernel}")), names[0] if names else "FILE")
             raise TunekitError(f"no GPU here to model: run on a GPU, or model a recorded one with --table {suggested}")
         limits = found
-    text = explain_text(spec, problem, device, limits, width=columns())
+    text = explain_text(spec, problem, device, limits, width=columns()) + _measured(spec, problem)
     if json_out:
         print(json.dumps({"kernel": kernel, "problem": dict(problem), "device": device.label, "text": text}, indent=1))
         return
     print(text)
+
+
+def _measured(spec: KernelSpec, problem: Problem) -> str:
+    """What was measured for the problem on this device, where an entry serves it: the tuner's time, torch's, and
+    the in-step times (tune_model); "" where nothing was."""
+    from tunekit.cli.views import in_step_text
+    from tunekit.core.device import fingerprint
+    from tunekit.runtime.dispatch import resolve
+    from tunekit.store.store import Store
+    from tunekit.tuning.torch_candidate import torch_time
+
+    with Store() as store:
+        entry = resolve(spec, problem, fingerprint(), store).entry
+    if entry is None:
+        return ""
+    torch_ms = torch_time(entry.provenance)
+    lines = [f"Measured here: tuner {entry.time_ms:.4f} ms" + (f", torch {torch_ms:.4f} ms" if torch_ms else "")]
+    in_step = in_step_text(entry)
+    return "\n".join([*lines, *([in_step] if in_step else [])]) + "\n"
 
 
 def efficiency(

@@ -131,6 +131,25 @@ class TuneResult:
         }
 
 
+def in_step_text(entry: Entry) -> str | None:
+    """What tune_model measured for the entry's problem inside a model step (tunekit.tuning.in_step), or None."""
+    from tunekit.store.entry import IN_STEP
+
+    record = entry.provenance.get(IN_STEP)
+    if not isinstance(record, dict) or not isinstance(record.get("ms"), dict):
+        return None
+    times = ", ".join(
+        f"{printable(str(name))} {ms:.3f}" for name, ms in record["ms"].items() if isinstance(ms, (int, float))
+    )
+    spread = record.get("noise")
+    spread_text = f"; control spread {spread:.1%}" if isinstance(spread, (int, float)) else ""
+    return (
+        f"in step {printable(str(record.get('step', '?')))}: kept {printable(str(record.get('served', '?')))}; "
+        f"ms per step run ({record.get('calls', '?')} calls, {record.get('problems', '?')} problems decided "
+        f"together): {times}{spread_text}"
+    )
+
+
 def device_json(fp: DeviceFingerprint) -> dict[str, Any]:
     return {"label": fp.label, "key": fp.key, "interpreter": fp.is_interpreter, **fp.to_json()}
 
@@ -169,12 +188,18 @@ class ShownEntry:
         return f" ({printable(self.why_not)})" if self.why_not and self.why_not != "another device" else ""
 
     def block(self) -> list[str]:
+        from tunekit.tuning.torch_candidate import torch_time
+
         e = self.entry
+        torch_ms = torch_time(e.provenance)
+        torch_text = f" (torch {torch_ms:.4f} ms)" if torch_ms is not None else ""
+        in_step = in_step_text(e)
         return [
             f"{e.key.kernel} {problem_text(self.spec, dict(e.key.problem))}",
-            f"  {self.origin} · {self.device_text()} · {e.time_ms:.4f} ms · {len(e.trials)} trials · "
+            f"  {self.origin} · {self.device_text()} · {e.time_ms:.4f} ms{torch_text} · {len(e.trials)} trials · "
             f"served here by {self.served_by}" + self._stale(),
             f"  config {config_text(self.spec, e.config)}",
+            *([f"  {in_step}"] if in_step else []),
         ]
 
     def to_json(self) -> dict[str, Any]:

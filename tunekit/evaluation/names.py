@@ -16,4 +16,3 @@ BOUND_RATIO = "tunekit/bound"
 EVENTS = "cuda-events"
 GRAPH = "cuda-graph"
 WALL = "interpreter-wall-clock"
-

@@ -177,9 +177,8 @@ class BenchOptions:
     compile_backend: str = "inductor"  # tests pass "eager" to exercise the plumbing in seconds
 
 
-
-
 # ---------------------------------------------------------------------------------------------- summary
+
 
 def row_impls(rows: list[Row]) -> list[str]:
     """Implementations in the order measured; the copy last, next to the roofline it stands beside."""
@@ -299,5 +298,3 @@ def summarize(run: BenchRun) -> dict[str, Any] | None:
             bound = ratio_stats(chosen, BOUND_RATIO) if target.ratio == COPY_RATIO else None
             targets.append(_judge(target, ratio_stats(chosen, target.ratio), bound))
     return {"over": SUMMARY_OVER, "geomeans": geomeans, "targets": targets}
-
-

@@ -27,7 +27,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,10 @@ from tunekit.integrations.patching import patch
 from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
-from tunekit.store.entry import Entry, demoted
+from tunekit.store.entry import IN_STEP, Entry, demoted, verified_in_model
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
+from tunekit.tuning.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
 
 Step = Callable[[torch.nn.Module], Any]
 StepTimer = Callable[[Callable[[], Any], int], float]  # (a call, reps) -> its median ms
@@ -80,6 +82,22 @@ class UndoneStep:
     problems: int  # changed problems served as before from then on
 
 
+@dataclass(frozen=True)
+class InStepDecision:
+    step: str
+    verdict: GroupVerdict
+
+    def line(self) -> str:
+        v = self.verdict
+        kernels = sorted({kernel for kernel, _ in v.problems})
+        times = ", ".join(f"{name} {ms:.3f}" for name, ms in v.ms.items())
+        ratios = ", ".join(f"{name} {r:.3f}x" for name, r in v.ratios.items() if name != BEFORE)
+        return (
+            f"in step {self.step}: {'/'.join(kernels)} ({len(v.problems)} problems, {v.calls} calls): ms {times}; "
+            f"of before {ratios}; control spread {v.noise:.1%}; kept {v.chosen}"
+        )
+
+
 @dataclass
 class ModelTuneReport:
     problems: int = 0  # recorded
@@ -91,6 +109,7 @@ class ModelTuneReport:
     steps: list[StepSpeed] = field(default_factory=list)
     demoted: list[Demotion] = field(default_factory=list)
     undone: list[UndoneStep] = field(default_factory=list)  # steps whose changes were all served as before
+    in_step: list[InStepDecision] = field(default_factory=list)  # what each group of a step's calls kept, and why
     record_s: float = 0.0
     tune_s: float = 0.0
     verify_s: float = 0.0
@@ -110,6 +129,7 @@ class ModelTuneReport:
             lines.append(
                 f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x{control}"
             )
+        lines += [d.line() for d in self.in_step]
         lines += [f"served as before {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster so" for d in self.demoted]
         lines += [
             f"undone {u.step}: {u.vs_before:.3f}x of before with no single cause, its {u.problems} changed "
@@ -247,6 +267,26 @@ def _serve_as_before(problems: list[Problem], before: Served, prior: Prior, why:
     reset_all()
 
 
+def _record_in_step(decisions: list[InStepDecision], verify: list[Problem]) -> None:
+    """Write each decision's in-step times into the working-cache entry of every problem it decided (where the
+    working cache has one); the problems in `verify` are marked verified in the model (a held demotion lifts)."""
+    device = fingerprint()
+    with Store() as store, store.transaction():
+        for d in decisions:
+            v = d.verdict
+            record = {
+                "step": d.step, "served": v.chosen, "ms": dict(v.ms), "calls": v.calls, "problems": len(v.problems),
+                "noise": v.noise,
+            }  # fmt: skip
+            for problem in v.problems:
+                entry = store.get(_cache_key(*problem, device.key))
+                if entry is None:
+                    continue
+                if problem in verify:
+                    entry = verified_in_model(entry)
+                store.put(replace(entry, provenance={**entry.provenance, IN_STEP: record}))
+
+
 def _call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
     """One run of `step` on `m`, its gradients dropped after (a training step's own zero_grad)."""
 
@@ -270,6 +310,7 @@ class _Verification:
     prior: Prior
     changed: list[Problem] = field(default_factory=list)
     used: dict[str, list[Problem]] = field(default_factory=dict)  # per step: the problems it runs
+    after: Served = field(default_factory=dict)  # what each problem is served now
 
     def survey(self) -> None:
         """Which problems each step runs, and which of them are served differently than before."""
@@ -283,6 +324,56 @@ class _Verification:
                 after.setdefault(kernel, {}).update(configs)
             self.used[name] = [(kernel, key) for kernel, configs in served.items() for key in configs]
         self.changed = _changed(self.before, after)
+        self.after = after
+
+    def in_step(self, floor: float) -> list[InStepDecision]:
+        """Per step, the final choice made inside it (tunekit.tuning.in_step) for every problem it runs that a
+        Triton config serves before or after tuning: as before, as tuned, or torch's op. A problem two steps run is
+        decided by the first."""
+        decisions: list[InStepDecision] = []
+        decided: set[Problem] = set()
+        for name, step in self.steps.items():
+            candidates = {
+                p
+                for p in self.used[name]
+                if p not in decided and (p in self.changed or self.before.get(p[0], {}).get(p[1], TORCH) != TORCH)
+            }
+            if not candidates:
+                continue
+            changed = [p for p in self.changed if p in candidates]
+            torch_pins: Served = {}
+            for kernel, key in candidates:
+                if get_spec(kernel).torch_fallback:
+                    torch_pins.setdefault(kernel, {})[key] = TORCH
+            servings = {
+                BEFORE: partial(serving, _pins(self.before, changed)),
+                TUNED: _fresh,
+                TORCH_OP: partial(serving, torch_pins),
+            }
+            for verdict in arbitrate(_call_of(self.model, step), servings, candidates, floor=floor):
+                decisions.append(InStepDecision(name, verdict))
+                decided.update(verdict.problems)
+        return decisions
+
+    def keep(self, decisions: list[InStepDecision]) -> None:
+        """Serve each group as its decision says, and record the in-step times with each entry it touches."""
+        as_before: dict[Problem, str] = {}
+        to_torch: dict[Problem, str] = {}
+        for d in decisions:
+            why = d.line()
+            if d.verdict.chosen == BEFORE:
+                as_before.update((p, why) for p in d.verdict.problems if p in self.changed)
+            elif d.verdict.chosen == TORCH_OP:
+                to_torch.update((p, why) for p in d.verdict.problems if get_spec(p[0]).torch_fallback)
+        if as_before:
+            _serve_as_before(list(as_before), self.before, self.prior, as_before)
+        if to_torch:
+            _demote(list(to_torch), to_torch)
+        _record_in_step(
+            decisions,
+            verify=[p for d in decisions if d.verdict.chosen == TUNED for p in d.verdict.problems if p in self.changed],
+        )
+        reset_all()
 
     def suspects(self, name: str) -> list[Problem]:
         return [p for p in self.changed if p in self.used[name]]
@@ -343,6 +434,8 @@ def tune_model(
     reps: int = 3,
     tolerance: float = 0.02,
     guarantee: float = 0.01,
+    in_step: bool = True,
+    floor: float = 0.005,
     timer: StepTimer | None = None,
     tune: Callable[..., None] = _tune,
 ) -> ModelTuneReport:
@@ -380,6 +473,10 @@ def tune_model(
     alternate = _Alternation(timer or default_timer(model), rounds, reps)
     verification = _Verification(model, eager, steps, before, alternate, prior)
     verification.survey()
+    if in_step:
+        report.in_step = verification.in_step(floor)
+        verification.keep(report.in_step)
+        verification.survey()  # what each problem is served now: the step's choices applied
     report.changed = len(verification.changed)
     report.demoted = verification.culprits(tolerance)
     culprits = {d.key: f"{d.step} ran {d.gain:.1%} faster with it served as before" for d in report.demoted}

@@ -124,7 +124,9 @@ class HotPath:
         torch_equivalent: Callable[..., Any] | None,
         torch_serves_all: Callable[[], bool] | None = None,
         chosen_under_compile: Callable[[], bool] | None = None,
+        public: bool = True,
     ) -> None:
+        self.public = public  # a public op, not an op's inner step (hot_path(public=False))
         self.traced = op  # what torch.compile traces (Dynamo cannot trace the bit tests; the launch resolves them)
         self.op = _readable_arguments(op)
         self.torch_equivalent = torch_equivalent
@@ -212,7 +214,7 @@ def hot_path(
     the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
-        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile)
+        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile, public)
         (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 

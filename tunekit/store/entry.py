@@ -74,6 +74,10 @@ LOCAL_MARKS = (MODEL_VERIFIED,)
 # provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate): {"kernel_ms": the entry's
 # kernel as Inductor builds it, "inductor_ms": torch's op compiled}; under compile the kernel serves where it wins.
 UNDER_COMPILE = "under_compile"
+# provenance: the problem timed inside a model's step (tunekit.tuning.in_step): {"step", "served" (the serving kept:
+# before, tuned or torch), "ms" (per serving: ms per step run of the calls decided with it), "calls", "problems",
+# "noise" (the control's spread)}. What `show` and `in-step` print beside the tuner's time.
+IN_STEP = "in_step"
 BAD_STATUSES = ("wrong", "failed")
 
 
@@ -134,7 +138,7 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     if bad(winner) and not bad(loser):
         winner, loser = loser, winner
     provenance = dict(winner.provenance)
-    for kept in (TORCH_MS, UNDER_COMPILE):  # the newer record of each, from either side
+    for kept in (TORCH_MS, UNDER_COMPILE, IN_STEP):  # the newer record of each, from either side
         value = new.provenance.get(kept, old.provenance.get(kept))
         if value is not None:
             provenance[kept] = value

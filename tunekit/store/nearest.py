@@ -31,11 +31,7 @@ def nearest_entry(
     """The closest tuned problem of the same kernel, source and device whose config is valid here."""
     scope = (spec.name, spec.source_hash, device.key)
     ranked = sorted(
-        (
-            (problem_distance(problem, dict(e.key.problem)), e.key.digest, e)
-            for e in candidates
-            if e.key.scope == scope
-        ),
+        ((problem_distance(problem, dict(e.key.problem)), e.key.digest, e) for e in candidates if e.key.scope == scope),
         key=lambda t: (t[0], t[1]),  # digest breaks ties: every rank resolves the same way
     )
     for distance, _, entry in ranked:

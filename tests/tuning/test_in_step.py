@@ -1,0 +1,178 @@
+"""The in-step arbiter (tunekit.tuning.in_step): profiler events charged to the op calls that launched them (the
+forward range, what it nests, and the backward of the autograd nodes it made), calls that share a problem decided
+together, the control bounding a win, and tune_model keeping what the step measured (on the CPU, host time: the
+interpreter's Triton kernels lose to torch's ops by orders of magnitude, which makes torch's win certain)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from helpers import TESTS, cli
+
+from tunekit.core.device import fingerprint
+from tunekit.core.registry import get_spec
+from tunekit.evaluation.tune_model import tune_model
+from tunekit.runtime.attribution import attributing
+from tunekit.runtime.dispatch import Dispatcher, resolve
+from tunekit.runtime.hotpath import HotPath
+from tunekit.store.entry import DEMOTED, IN_STEP
+from tunekit.store.store import Store
+from tunekit.tuning.in_step import (
+    BACKWARD,
+    BEFORE,
+    CONTROL,
+    TORCH_OP,
+    TUNED,
+    TraceEvent,
+    _groups,
+    call_costs,
+    decide,
+)
+
+sys.path.insert(0, str(TESTS / "evaluation"))
+from test_tune_model import _model, _plant
+
+
+def _host(name: str, start: int, end: int, thread: int = 1, **kw: int) -> TraceEvent:
+    return TraceEvent(name, False, start, end, thread, **kw)
+
+
+def _range(name: str, start: int, end: int, thread: int = 1) -> TraceEvent:
+    return TraceEvent(name, False, start, end, thread, annotation=True)
+
+
+def _kernel(correlation: int, ns: int) -> TraceEvent:
+    return TraceEvent("some_kernel", True, 10_000, 10_000 + ns, 0, correlation=correlation)
+
+
+def _trace() -> list[TraceEvent]:
+    """Two top-level calls of run 0. Call 0 launches one kernel (50 ns), makes autograd node 5, whose backward (on
+    thread 2) runs an inner call that launches another (30 ns). Call 1 launches one (7 ns). A launch outside every
+    call (1000 ns) is nobody's."""
+    return [
+        _range("tunekit.call#0.0", 0, 100),
+        _host("aten::mm", 10, 40, sequence_nr=5),
+        _host("cudaLaunchKernel", 20, 25, correlation=100),
+        _kernel(100, 50),
+        _host(f"{BACKWARD} MmBackward0", 190, 310, thread=2, sequence_nr=5, fwd_thread=1),
+        _range("tunekit.inner#0.0", 200, 300, thread=2),
+        _host("cuLaunchKernelEx", 250, 260, thread=2, correlation=101),
+        _kernel(101, 30),
+        _host("cudaLaunchKernel", 500, 505, correlation=102),
+        _kernel(102, 1000),
+        _range("tunekit.call#0.1", 400, 450),
+        _host("aten::add", 405, 410, sequence_nr=9),  # a node with no backward run in this trace
+        _host("cudaLaunchKernel", 420, 425, correlation=103),
+        _kernel(103, 7),
+    ]
+
+
+def test_a_call_is_charged_its_kernels_its_nested_calls_and_its_backward() -> None:
+    costs = call_costs(_trace(), top={0, 1})
+    assert costs.ms == {(0, 0): pytest.approx(80e-6), (0, 1): pytest.approx(7e-6)}
+    assert costs.members == {(0, 0): {(0, 0)}, (0, 1): set()}
+
+
+def test_only_top_level_calls_are_charged() -> None:
+    assert set(call_costs(_trace(), top={1}).ms) == {(0, 1)}
+
+
+def test_with_no_gpu_activity_a_call_is_charged_its_windows_host_time() -> None:
+    events = [e for e in _trace() if not e.on_device]
+    costs = call_costs(events, top={0, 1})
+    assert costs.ms[(0, 0)] == pytest.approx((100 + 120) / 1e6)  # its range, and its node's backward
+    assert costs.ms[(0, 1)] == pytest.approx(50 / 1e6)
+
+
+def test_calls_that_share_a_problem_are_one_group() -> None:
+    a, b, c = ("gemm", (1,)), ("gemm", (2,)), ("layer_norm", (3,))
+    groups = _groups({0: {a}, 1: {b}, 2: {a, c}, 3: {c}})
+    assert sorted((sorted(positions), sorted(problems)) for positions, problems in groups) == [
+        ([0, 2, 3], sorted([a, c])),
+        ([1], [b]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tuned", "torch_", "control", "kept"),
+    [
+        ([9.0, 9.0, 9.0], [11.0, 11.0, 11.0], [9.0, 9.0, 9.0], TUNED),  # 10% faster, a quiet control
+        ([9.8, 9.8, 9.8], [11.0, 11.0, 11.0], [9.4, 9.8, 10.2], BEFORE),  # 2% faster, a 4% control spread
+        ([9.0, 9.0, 9.0], [5.0, 5.0, 5.0], [9.0, 9.0, 9.0], TORCH_OP),  # both win: the fastest
+        ([9.98, 9.98, 9.98], [11.0, 11.0, 11.0], [9.98, 9.98, 9.98], BEFORE),  # 0.2%: under the floor
+    ],
+)
+def test_a_serving_replaces_before_only_past_the_controls_spread(tuned, torch_, control, kept) -> None:
+    per_block = {BEFORE: [10.0, 10.0, 10.0], TUNED: tuned, TORCH_OP: torch_, CONTROL: control}
+    chosen, ratios, noise = decide(per_block, floor=0.005)
+    assert chosen == kept
+    assert ratios[BEFORE] == 1.0 and CONTROL not in ratios
+    assert noise == pytest.approx(max(abs(c / t - 1) for c, t in zip(control, tuned)))
+
+
+def test_the_hooks_are_on_only_inside_an_attribution() -> None:
+    call, config = HotPath.__call__, Dispatcher.config
+    with attributing():
+        assert HotPath.__call__ is not call and Dispatcher.config is not config
+        with pytest.raises(RuntimeError, match="already running"), attributing():
+            pass
+    assert HotPath.__call__ is call and Dispatcher.config is config
+
+
+def test_positions_and_problems_are_the_same_whatever_serves_them() -> None:
+    """A patched model's calls keep their positions when a problem is served torch's op instead of a kernel, and
+    each position notes the problems dispatch served in it."""
+    from tunekit.integrations.patching import patch
+    from tunekit.runtime.dispatch import TORCH, serving
+
+    model = _model()
+    patch(model)
+    x = torch.randn(24, 32)
+    with attributing() as attribution:
+        attribution.begin_run(0)
+        model(x)
+        first = (set(attribution.top), {k: set(v) for k, v in attribution.notes.items()})
+        gemm = {key: TORCH for kernel, key in set().union(*attribution.notes.values()) if kernel == "gemm"}
+        attribution.notes.clear()
+        with serving({"gemm": gemm}):
+            attribution.begin_run(1)
+            model(x)
+        assert set(attribution.top) == first[0]
+        assert {k: v for k, v in attribution.notes.items() if isinstance(k, int)} == {
+            k: v for k, v in first[1].items() if isinstance(k, int)
+        }
+    assert len(first[0]) >= 3  # three Linear layers, each a top-level call
+
+
+def test_tune_model_keeps_what_the_step_measured_and_records_it(tmp_path) -> None:
+    model = _model()
+    x = torch.randn(24, 32)
+    planted: dict = {}
+
+    def train(m: torch.nn.Module) -> None:
+        m(x).square().mean().backward()
+
+    report = tune_model(model, {"train": train}, timer=lambda call, reps: (call(), 10.0)[1], tune=_plant(planted))
+    assert report.in_step and all(d.step == "train" for d in report.in_step)
+    decided = {p for d in report.in_step for p in d.verdict.problems}
+    spec, device = get_spec("gemm"), fingerprint()
+    for which in ("slow", "fast"):
+        assert ("gemm", planted[which]) in decided
+    # In the interpreter torch's ops beat the Triton kernels inside the step by far: every group keeps torch, and
+    # each planted entry is demoted with what the step measured.
+    assert {d.verdict.chosen for d in report.in_step} == {TORCH_OP}
+    with Store() as store:
+        for which in ("slow", "fast"):
+            problem = spec.problem_dict(planted[which])
+            served = resolve(spec, problem, device, store)
+            assert served.layer == "demoted"
+            record = served.entry.provenance[IN_STEP]
+            assert record["served"] == TORCH_OP and record["step"] == "train"
+            assert record["ms"][TORCH_OP] < record["ms"][TUNED]
+            assert "in step train" in served.entry.provenance[DEMOTED]
+    assert "kept torch" in report.table()
+    listing = cli("in-step", "--kernel", "gemm")
+    assert listing.exit_code == 0, listing.output
+    assert listing.output.count("gemm ") >= 2 and "torch" in listing.output
