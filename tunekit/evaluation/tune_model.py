@@ -95,6 +95,7 @@ class InStepDecision:
         return (
             f"in step {self.step}: {'/'.join(kernels)} ({len(v.problems)} problems, {v.calls} calls): ms {times}; "
             f"of before {ratios}; control spread {v.noise:.1%}; kept {v.chosen}"
+            + (f" ({', '.join(v.left_out)} left out: calls of the group did not run under it)" if v.left_out else "")
         )
 
 

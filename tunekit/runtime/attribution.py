@@ -1,10 +1,11 @@
 """Which tunekit op call ran which problems in a model step, for the profiler to say what each call cost on the GPU.
 
 While `attributing()` is on, every op call (a public op, and the inner steps its eager autograd Function runs
-forward and backward) runs inside a profiler range named for its position in the step run, and each problem
-dispatch serves inside it is noted against that position. A step runs its op calls in the same order whatever
-each problem is served (torch's op or a Triton config), so position `p` of one serving is position `p` of another:
-that is what lets tunekit.tuning.in_step compare servings call by call.
+forward and backward) runs inside a profiler range named for it, and each problem dispatch serves inside it is
+noted against it. A step calls each op in the same order whatever serves its problems (torch's op or a Triton
+config), so the k-th call of an op is the same call in every run and serving: that is what lets
+tunekit.tuning.in_step compare servings call by call. (A serving may leave a call out: a patched loss that calls
+torch directly where torch serves it; in_step does not compare that serving for it.)
 
 Off (always, outside an attribution), nothing here runs: the two hooks are put on the classes for the attribution's
 duration only, so an ordinary call pays nothing for them.
@@ -45,7 +46,8 @@ def parse_range(name: str, prefix: str = RANGE) -> tuple[int, int] | None:
 @dataclass
 class Attribution:
     """What one attribution saw. A top-level call (a public op called by the step's own thread, not from inside
-    another op) is named by its position among the run's top-level calls: the same call in every run and serving.
+    another op) is named by its position: a number for (its op, k-th call of that op in the run), the same call in
+    every run and serving.
     Any other call (nested in one, or run by autograd's backward) is named by its run and its index in that run;
     tunekit.tuning.in_step finds which top-level call it belongs to from the profile. `notes` holds, per name, the
     problems dispatch served directly inside the call (not in calls nested in it)."""
@@ -53,14 +55,16 @@ class Attribution:
     notes: dict[int | Inner, set[Problem]] = field(default_factory=dict)
     top: set[int] = field(default_factory=set)
     run: int = 0
-    _top: int = 0
+    _calls: dict[str, int] = field(default_factory=dict)  # per op: its top-level calls so far in this run
+    _positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (op, k) -> position
     _inner: int = 0
     _thread: int = field(default_factory=threading.get_ident)
     _stacks: threading.local = field(default_factory=threading.local)
 
     def begin_run(self, run: int) -> None:
-        """The next step run starts: positions count from 0 again, ranges carry `run`."""
-        self.run, self._top, self._inner = run, 0, 0
+        """The next step run starts: calls count from 0 again, ranges carry `run`."""
+        self.run, self._inner = run, 0
+        self._calls.clear()
 
     def _stack(self) -> list[int | Inner]:
         stack: list[int | Inner] | None = getattr(self._stacks, "stack", None)
@@ -72,7 +76,9 @@ class Attribution:
         stack = self._stack()
         name: int | Inner
         if not stack and hot.public and threading.get_ident() == self._thread:
-            name, self._top = self._top, self._top + 1
+            k = self._calls.get(hot.name, 0)
+            self._calls[hot.name] = k + 1
+            name = self._positions.setdefault((hot.name, k), len(self._positions))
             self.top.add(name)
             label = range_name(self.run, name)
         else:

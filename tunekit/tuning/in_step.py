@@ -11,7 +11,8 @@ once, so the servings cost a few step runs each, not one per problem and candida
 Calls that share a problem (the same shapes in every layer, a forward and its backward) are decided together: a
 group's cost under a serving is the sum of its calls'. The servings are timed in blocks, each block running every
 serving in a rotated order, plus a control (the tuned serving again); a serving replaces what was served before only
-where its median per-block ratio to "before" beats 1 by more than the control's largest spread (and `floor`).
+where its median per-block ratio to "before" beats 1 by more than the control's median
+per-block spread (and `floor`): medians both, so one disturbed block moves neither.
 On a machine with no GPU activity (the CPU tests) the same windows are charged their host time.
 """
 
@@ -144,8 +145,11 @@ class GroupVerdict:
     calls: int  # top-level op calls per step run
     ms: dict[str, float]  # per serving: the group's median ms per step run
     ratios: dict[str, float]  # per serving: median per-block ratio of its ms to "before"'s (under 1: faster)
-    noise: float  # the control's largest per-block spread (|control / tuned - 1|)
+    noise: float  # the control's median per-block spread (|control / tuned - 1|)
     chosen: str
+    # Servings left out of the decision: a call of the group did not run under them (a patched loss calls torch
+    # directly where torch serves it), so their times do not price the same calls.
+    left_out: tuple[str, ...] = ()
 
 
 def _groups(problems_of: Mapping[int, set[Problem]]) -> list[tuple[list[int], set[Problem]]]:
@@ -223,7 +227,8 @@ def _time_servings(
 def decide(per_block: Mapping[str, list[float]], floor: float) -> tuple[str, dict[str, float], float]:
     """(the serving kept, each serving's median per-block ratio to BEFORE, the control's spread) from a group's ms
     per block under each serving (BEFORE, TUNED and CONTROL among them)."""
-    noise = max((abs(c / t - 1) for c, t in zip(per_block[CONTROL], per_block[TUNED]) if t > 0), default=0.0)
+    spreads = [abs(c / t - 1) for c, t in zip(per_block[CONTROL], per_block[TUNED]) if t > 0]
+    noise = statistics.median(spreads) if spreads else 0.0
     ratios = {
         name: statistics.median(m / b if b > 0 else 1.0 for m, b in zip(ms, per_block[BEFORE]))
         for name, ms in per_block.items()
@@ -232,6 +237,28 @@ def decide(per_block: Mapping[str, list[float]], floor: float) -> tuple[str, dic
     bar = 1 - max(noise, floor)
     winners = [name for name, ratio in ratios.items() if name != BEFORE and ratio < bar]
     return (min(winners, key=ratios.__getitem__) if winners else BEFORE), ratios, noise
+
+
+def group_verdict(
+    positions: list[int], problems: set[Problem], ms: Mapping[str, list[dict[int, float]]], floor: float
+) -> GroupVerdict:
+    """The decision for the calls at `positions` from each serving's per-block ms per position. A serving under
+    which one of the calls did not run in some block is left out (its sum would price other calls)."""
+    ran_all = [name for name, blocks in ms.items() if all(p in block for block in blocks for p in positions)]
+    per_block = {name: [sum(block[p] for p in positions) for block in ms[name]] for name in ran_all}
+    if {BEFORE, TUNED, CONTROL} <= set(per_block):
+        chosen, ratios, noise = decide(per_block, floor)
+    else:
+        chosen, ratios, noise = BEFORE, {}, 0.0
+    return GroupVerdict(
+        tuple(sorted(problems, key=repr)),
+        len(positions),
+        {name: statistics.median(times) for name, times in per_block.items()},
+        ratios,
+        noise,
+        chosen,
+        tuple(name for name in ms if name not in per_block),
+    )
 
 
 def arbitrate(
@@ -255,18 +282,4 @@ def arbitrate(
         noted: set[Problem] = set().union(*(attribution.notes.get(p, set()) for p in ran))
         if noted & problems:
             problems_of[position] = noted & problems
-    verdicts = []
-    for positions, noted in _groups(problems_of):
-        per_block = {name: [sum(block.get(p, 0.0) for p in positions) for block in timed.ms[name]] for name in servings}
-        chosen, ratios, noise = decide(per_block, floor)
-        verdicts.append(
-            GroupVerdict(
-                tuple(sorted(noted, key=repr)),
-                len(positions),
-                {name: statistics.median(ms) for name, ms in per_block.items()},
-                ratios,
-                noise,
-                chosen,
-            )
-        )
-    return verdicts
+    return [group_verdict(positions, noted, timed.ms, floor) for positions, noted in _groups(problems_of)]
