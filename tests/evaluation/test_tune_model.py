@@ -121,6 +121,27 @@ def test_a_step_that_did_not_get_slower_demotes_nothing() -> None:
     assert step.vs_before == pytest.approx(1.0) and step.vs_eager == pytest.approx(1.0)
 
 
+def test_a_step_with_an_output_is_compared_with_eager() -> None:
+    """An inference step's output after tuning against the eager copy's: the same weights and inputs, so the error
+    is the kernels' rounding (the interpreter's GEMMs vs torch's); a training step has no output to compare."""
+    model = _model()
+    x = torch.randn(24, 32)
+
+    def prefill(m: torch.nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            return m(x)
+
+    def train(m: torch.nn.Module) -> None:
+        m(x).square().mean().backward()
+
+    steps = {"prefill": prefill, "train": train}
+    report = tune_model(model, steps, timer=lambda call, reps: (call(), 10.0)[1], tune=_plant({}), rounds=2, reps=1,
+                        in_step=False)  # fmt: skip
+    (accuracy,) = report.accuracy
+    assert accuracy.step == "prefill" and accuracy.rel_err < 1e-4 and accuracy.argmax_agree == 1.0
+    assert "prefill output vs eager: relative error" in report.table()
+
+
 def test_each_step_records_its_problems_and_what_it_was_served_before() -> None:
     """Two steps of different token counts: each step's problems are its own, and "before" (what the verification
     serves as before) holds both steps' problems, so tuning the first step's problems counts as a change."""

@@ -13,6 +13,11 @@ time cap continues in the next call on the same machine):
               the other run's winner within how much of this one's, as this run measured it
     merge     (no GPU) each pack file of --from (a verify stage's $OUT/packs, another GPU's) into cache/packs/: its
               devices' entries replace those devices' entries there, every other device's stay
+    reverify  per pack (no tuning): its model at 2 decoder layers, the pack's entries for this GPU given to
+              tune_model as its tuning with the installed packs taken out (so "before" is no pack): each problem is
+              decided inside the steps (tunekit.tuning.in_step), what slows a step is served as before; the pack
+              with what the steps kept -> $OUT/packs/<pack>.json; with vs without the pack in alternation, train
+              peak memory and prefill logits vs eager (relative error, argmax agreement) both ways
     transfer  per --models: 2 decoder layers, in alternation: eager, tunekit out of the box (served by the packs),
               tunekit after the user's own tune_model (trials --trials, a fresh cache), torch.compile, Liger-Kernel
 
@@ -264,6 +269,113 @@ class Swapped:
         _restore(self.outside)
 
 
+def _logits_vs_eager(model: torch.nn.Module, eager: torch.nn.Module, ids: torch.Tensor) -> dict[str, float]:
+    with torch.no_grad():
+        got = model(ids, use_cache=False).logits.float()
+        want = eager(ids, use_cache=False).logits.float()
+    return {
+        "rel_err": float((got - want).norm() / want.norm()),
+        "argmax_agree": float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+    }
+
+
+def _train_peak_gib(model: torch.nn.Module, train: Any) -> float:
+    if DEVICE != "cuda":
+        return 0.0
+    model.train()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    train(model)
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**30
+
+
+def reverify(models: list[str], rounds: int) -> dict[str, Any]:
+    import importlib.resources
+
+    from tunekit.evaluation.model_workflow import serving_from
+    from tunekit.evaluation.tune_model import tune_model
+    from tunekit.runtime.dispatch import reset_all
+    from tunekit.store import database
+
+    device = fingerprint()
+    installed = Path(str(importlib.resources.files("tunekit.shipped"))) / "packs"
+    held = Path(tempfile.mkdtemp(prefix="packs-held-"))
+    for path in installed.glob("*.json"):  # out of the package while this runs: "before" serves no pack
+        path.rename(held / path.name)
+    database.shipped_entries.cache_clear()
+    database._shipped_by_scope.cache_clear()
+    reset_all()
+    (OUT / "packs").mkdir(parents=True, exist_ok=True)
+    rows = {}
+    try:
+        for name in models:
+            entries = read_document(held / f"{name}.json")
+            mine = [e for e in entries if e.key.device_key == device.key]
+            vocab = PACK_MODELS[name].widths["vocab_size"]
+            step_fns = steps_for(vocab)
+            gen = torch.Generator(device="cpu").manual_seed(2)
+            ids = torch.randint(0, vocab, PACK_STEPS["prefill"], generator=gen).to(DEVICE)
+
+            def load(plan_path: Path, trials: int, report: Any, budget_s: float | None = None, mine=mine) -> None:
+                """tune_model's tuning: the pack's own entries for this GPU, into the working cache."""
+                with Store() as store:
+                    for e in mine:
+                        store.put(e)
+                report.tuned = len(mine)
+
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
+                base = build_pack_model(name, DEVICE, layers=2)
+                eager = copy.deepcopy(base)
+                report = tune_model(base, step_fns, eager=eager, tune=load, rounds=rounds)
+                with Store() as store:
+                    kept = {e.key: e for e in store.entries()}
+                rebuilt = [kept.get(e.key, e) if e.key.device_key == device.key else e for e in entries]
+                write_document(OUT / "packs" / f"{name}.json", rebuilt)
+                with_pack = _logits_vs_eager(base, eager, ids) | {"peak_gib": _train_peak_gib(base, step_fns["train"])}
+            with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
+                without = _logits_vs_eager(base, eager, ids) | {"peak_gib": _train_peak_gib(base, step_fns["train"])}
+            chosen = [d.verdict.chosen for d in report.in_step]
+            rows[name] = {
+                "entries": len(mine),
+                "problems": report.problems,
+                "in_step_kept": {c: chosen.count(c) for c in sorted(set(chosen))},
+                "demoted": len(report.demoted),
+                "undone": [u.step for u in report.undone],
+                "steps": {s.step: {"with_vs_without": s.vs_before, "vs_eager": s.vs_eager} for s in report.steps},
+                "with_pack": with_pack,
+                "without_pack": without,
+                "eager_peak_gib": _train_peak_gib(eager, step_fns["train"]),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(report.table(), flush=True)
+            print(f"reverify {name}: {json.dumps(rows[name], default=str)}", flush=True)
+            base = eager = None
+            torch.cuda.empty_cache() if DEVICE == "cuda" else None
+    finally:
+        for path in held.glob("*.json"):
+            path.rename(installed / path.name)
+        database.shipped_entries.cache_clear()
+        database._shipped_by_scope.cache_clear()
+    print(
+        f"{'pack':<14} {'prefill':>8} {'decode':>8} {'train':>8}  (with pack / without, tune_model's alternation)"
+        f"  peak GiB with/without/eager   rel err with/without   argmax with/without"
+    )
+    for name, row in rows.items():
+        steps = row["steps"]
+        w, wo = row["with_pack"], row["without_pack"]
+        print(
+            f"{name:<14} "
+            + " ".join(f"{steps[s]['with_vs_without']:7.3f}x" for s in ("prefill", "decode", "train"))
+            + f"  {w['peak_gib']:.2f}/{wo['peak_gib']:.2f}/{row['eager_peak_gib']:.2f}"
+            + f"   {w['rel_err']:.4f}/{wo['rel_err']:.4f}   {w['argmax_agree']:.3f}/{wo['argmax_agree']:.3f}"
+        )
+    return rows
+
+
 def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
     from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant
     from tunekit.evaluation.model_workflow import serving_from
@@ -368,6 +480,8 @@ def main() -> None:
             result[stage] = verify(work, models, opts.trials)
         elif stage == "compare":
             result[stage] = compare(work, opts.against)
+        elif stage == "reverify":
+            result[stage] = reverify(models, opts.rounds)
         elif stage == "transfer":
             result[stage] = transfer(models, opts.trials, opts.rounds)
         else:

@@ -19,6 +19,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,9 +43,9 @@ def held_out(family: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 
 def steps(ids: dict[str, torch.Tensor]) -> dict:
     def infer(name: str):
-        def step(m: torch.nn.Module) -> None:
+        def step(m: torch.nn.Module) -> Any:
             with torch.no_grad():
-                m(ids[name], use_cache=False)
+                return m(ids[name], use_cache=False)
 
         return step
 

@@ -83,6 +83,16 @@ class UndoneStep:
 
 
 @dataclass(frozen=True)
+class StepAccuracy:
+    """A step's output after tuning against the eager copy's, same inputs (a step that returns logits, a tensor, or
+    an object with .logits: an inference step)."""
+
+    step: str
+    rel_err: float  # |after - eager| / |eager|, in float32
+    argmax_agree: float  # share of rows whose argmax over the last dimension is the same
+
+
+@dataclass(frozen=True)
 class InStepDecision:
     step: str
     verdict: GroupVerdict
@@ -110,6 +120,7 @@ class ModelTuneReport:
     steps: list[StepSpeed] = field(default_factory=list)
     demoted: list[Demotion] = field(default_factory=list)
     undone: list[UndoneStep] = field(default_factory=list)  # steps whose changes were all served as before
+    accuracy: list[StepAccuracy] = field(default_factory=list)  # steps with an output to compare, vs eager
     in_step: list[InStepDecision] = field(default_factory=list)  # what each group of a step's calls kept, and why
     record_s: float = 0.0
     tune_s: float = 0.0
@@ -130,6 +141,10 @@ class ModelTuneReport:
             lines.append(
                 f"{s.step:<12} {eager} {s.before_ms:10.3f} {s.after_ms:9.3f} {vs_eager} {s.vs_before:9.3f}x{control}"
             )
+        lines += [
+            f"{a.step} output vs eager: relative error {a.rel_err:.4f}, argmax agreement {a.argmax_agree:.3f}"
+            for a in self.accuracy
+        ]
         lines += [d.line() for d in self.in_step]
         lines += [f"served as before {d.kernel} {d.problem}: {d.step} ran {d.gain:.1%} faster so" for d in self.demoted]
         lines += [
@@ -266,6 +281,38 @@ def _serve_as_before(problems: list[Problem], before: Served, prior: Prior, why:
     if torch_before:
         _demote(torch_before, why)
     reset_all()
+
+
+def _output_tensor(out: Any) -> torch.Tensor | None:
+    """The tensor a step's output compares by: logits (an attribute), a tensor, or a tuple's first tensor."""
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return next((t for t in out if isinstance(t, torch.Tensor)), None)
+    return None
+
+
+def _accuracy(model: torch.nn.Module, eager: torch.nn.Module, steps: Mapping[str, Step]) -> list[StepAccuracy]:
+    found = []
+    for name, step in steps.items():
+        try:
+            with torch.no_grad():
+                got, want = _output_tensor(step(model)), _output_tensor(step(eager))
+        except RuntimeError:  # a training step: its backward needs gradients
+            continue
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+        if got is None or want is None or got.shape != want.shape or want.numel() == 0 or not want.is_floating_point():
+            continue
+        got, want = got.float(), want.float()
+        scale = float(want.norm())
+        rel_err = float((got - want).norm()) / scale if scale > 0 else float((got - want).norm())
+        agree = float((got.argmax(-1) == want.argmax(-1)).float().mean()) if want.dim() > 0 else 1.0
+        found.append(StepAccuracy(name, rel_err, agree))
+    return found
 
 
 def _record_in_step(decisions: list[InStepDecision], verify: list[Problem]) -> None:
@@ -486,6 +533,8 @@ def tune_model(
         verification.changed = [p for p in verification.changed if p not in culprits]  # the same both ways now
     report.steps = verification.speeds()
     _keep_no_step_slower(verification, report, guarantee)
+    if eager is not None:
+        report.accuracy = _accuracy(model, eager, steps)
     report.verify_s = time.perf_counter() - clock
     return report
 
