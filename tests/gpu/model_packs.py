@@ -269,14 +269,28 @@ class Swapped:
         _restore(self.outside)
 
 
-def _logits_vs_eager(model: torch.nn.Module, eager: torch.nn.Module, ids: torch.Tensor) -> dict[str, float]:
+def _logits_vs_eager(
+    model: torch.nn.Module, eager: torch.nn.Module, ids: torch.Tensor, exact: torch.Tensor
+) -> dict[str, float]:
+    """Prefill logits against eager's (relative error, argmax agreement), and against `exact` (the same weights run
+    in float32): how far each is from the float32 answer says which is the more accurate."""
     with torch.no_grad():
         got = model(ids, use_cache=False).logits.float()
         want = eager(ids, use_cache=False).logits.float()
     return {
         "rel_err": float((got - want).norm() / want.norm()),
         "argmax_agree": float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+        "fp32_err": float((got - exact).norm() / exact.norm()),
+        "eager_fp32_err": float((want - exact).norm() / exact.norm()),
     }
+
+
+def _float32_logits(eager: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    exact = copy.deepcopy(eager).float()
+    with torch.no_grad():
+        logits = exact(ids, use_cache=False).logits.float()
+    del exact
+    return logits
 
 
 def _train_peak_gib(model: torch.nn.Module, train: Any) -> float:
@@ -331,13 +345,16 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
                 base = build_pack_model(name, DEVICE, layers=2)
                 eager = copy.deepcopy(base)
                 report = tune_model(base, step_fns, eager=eager, tune=load, rounds=rounds)
+                exact = _float32_logits(eager, ids)
                 with Store() as store:
                     kept = {e.key: e for e in store.entries()}
                 rebuilt = [kept.get(e.key, e) if e.key.device_key == device.key else e for e in entries]
                 write_document(OUT / "packs" / f"{name}.json", rebuilt)
-                with_pack = _logits_vs_eager(base, eager, ids) | {"peak_gib": _train_peak_gib(base, step_fns["train"])}
+                with_pack = _logits_vs_eager(base, eager, ids, exact)
+                with_pack["peak_gib"] = _train_peak_gib(base, step_fns["train"])
             with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
-                without = _logits_vs_eager(base, eager, ids) | {"peak_gib": _train_peak_gib(base, step_fns["train"])}
+                without = _logits_vs_eager(base, eager, ids, exact)
+                without["peak_gib"] = _train_peak_gib(base, step_fns["train"])
             chosen = [d.verdict.chosen for d in report.in_step]
             rows[name] = {
                 "entries": len(mine),
@@ -372,6 +389,7 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
             + " ".join(f"{steps[s]['with_vs_without']:7.3f}x" for s in ("prefill", "decode", "train"))
             + f"  {w['peak_gib']:.2f}/{wo['peak_gib']:.2f}/{row['eager_peak_gib']:.2f}"
             + f"   {w['rel_err']:.4f}/{wo['rel_err']:.4f}   {w['argmax_agree']:.3f}/{wo['argmax_agree']:.3f}"
+            + f"   {w['fp32_err']:.4f}/{wo['fp32_err']:.4f}/{w['eager_fp32_err']:.4f}"
         )
     return rows
 
