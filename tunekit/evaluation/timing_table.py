@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunekit import __version__
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.errors import TunekitError
 from tunekit.core.space import Value, config_id
 from tunekit.store.bounded_file import UnreadableFileError, nesting_error, open_regular, read_capped
-from tunekit.store.entry import Entry, TrialRecord, TrialStatus
-from tunekit.store.key import CacheKey
+from tunekit.store.entry import TrialRecord, TrialStatus
 
 FORMAT = "tunekit-timing-tables"
 FORMAT_VERSION = 1
@@ -80,22 +78,6 @@ class TimingTable:
         if not ok:
             raise TunekitError(f"timing table for {self.kernel} {self.problem} has no correct config")
         return ok[0]
-
-    def to_entry(self, with_trials: bool = True) -> Entry:
-        """The table as a cache entry: the exhaustive best, every row a trial unless `with_trials` is False (the
-        shipped databases keep only the winner; the table itself keeps every row)."""
-        best = self.best()
-        provenance = {
-            "tunekit_version": __version__,
-            "strategy": "exhaustive",
-            "trials": len(self.rows),
-            "timer": self.timer,
-            "date": self.recorded,
-            "origin": "timing-table",
-        }
-        key = CacheKey.make(self.kernel, self.source_hash, self.fingerprint.key, self.problem)
-        trials = tuple(r.record() for r in self.rows) if with_trials else ()
-        return Entry(key, dict(best.config), float(best.time_ms or 0.0), dict(self.device), provenance, trials)
 
     def to_json(self) -> dict[str, Any]:
         params = sorted({name for r in self.rows for name in r.config})

@@ -103,25 +103,6 @@ def _hopifier() -> Any:
     return DescriptorTracingHOPifier()
 
 
-def _placeholders_apart(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The interpreter only: a tensor passed again gets a fresh tensor of its kind in its later places. torch finds
-    which arguments a kernel writes from its compiled IR, which the interpreter has none of; it then takes every
-    argument as written, and two arguments on one tensor would write it twice (the later, unwritten copy last).
-    tunekit's launches pass one tensor twice only as the placeholder of an absent operand (a residual or index
-    output that a constexpr turns off), which the kernel never touches."""
-    seen: set[int] = set()
-
-    def apart(value: Any) -> Any:
-        if not isinstance(value, torch.Tensor):
-            return value
-        if id(value) in seen:
-            return torch.empty_like(value)
-        seen.add(id(value))
-        return value
-
-    return tuple(map(apart, args)), {name: apart(value) for name, value in kwargs.items()}
-
-
 def _jit_of(kernel: Any) -> Any:
     if isinstance(kernel, JITFunction):
         return kernel

@@ -20,8 +20,6 @@ from tunekit.runtime import recorder
 from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, torch_serves_all
 from tunekit.runtime.hotpath import readable
 
-GradOf = Callable[[Callable[..., Any]], Callable[..., tuple[Any, ...]]]
-
 
 class ServedBy(TypedDict):
     torch_serves_all: Callable[[], bool]

@@ -28,9 +28,6 @@ from tunekit.runtime.eager_autograd import SetupContext, eager_function
 from tunekit.runtime.hotpath import hot_path
 
 F = TypeVar("F", bound=Callable[..., Any])
-# A backward formula given how to run its backward problem (the backward's custom op, or its body): the
-# `backward(ctx, *grads)` that register_autograd takes.
-GradOf = Callable[[Callable[..., Any]], Callable[..., Any]]
 SELF = "self"  # Autograd.through: the op's gradients run through the op itself (GEMM's dA and dB are GEMMs)
 
 
@@ -45,9 +42,10 @@ class Runs:
 
 @dataclass(frozen=True)
 class Autograd:
-    """How an op trains. With `through` (a declared backward op, Runs, or SELF), `formula` is a GradOf: the custom op's
-    backward runs that op's custom op, the eager Function's runs its body. Without, `formula` is the backward
-    itself (torch ops), and gradients flow through the custom op (there is no eager Function)."""
+    """How an op trains. With `through` (a declared backward op, Runs, or SELF), `formula` takes how to run the
+    backward problem and returns the `backward(ctx, *grads)` that register_autograd takes: the custom op's backward
+    runs that op's custom op, the eager Function's runs its body. Without, `formula` is the backward itself (torch
+    ops), and gradients flow through the custom op (there is no eager Function)."""
 
     setup: SetupContext
     formula: Callable[..., Any]

@@ -23,7 +23,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from tunekit.core.device_limits import DeviceLimits
 from tunekit.core.geometry import Geometry, KernelModel
@@ -39,19 +39,6 @@ if TYPE_CHECKING:
     from tunekit.core.device import DeviceFingerprint
 
 ConfigId = tuple[tuple[str, Value], ...]
-
-
-class CompiledRow(Protocol):
-    """A measured config with its compiled resources (a timing table's row, tunekit.evaluation.timing_table)."""
-
-    @property
-    def config(self) -> dict[str, Value]: ...
-
-    @property
-    def n_regs(self) -> int | None: ...
-
-    @property
-    def shared_bytes(self) -> int | None: ...
 
 
 def kernel_model(kernel: str) -> KernelModel | None:
@@ -133,15 +120,6 @@ def compiled_resources(config: Config, n_regs: int, shared_bytes: int, warp_size
     return Resources(warp_size * int(config["num_warps"]), int(n_regs), int(shared_bytes), "compiled")
 
 
-def compiled_from_rows(rows: Iterable[CompiledRow], warp_size: int = 32) -> dict[ConfigId, Resources]:
-    """Compiled resources by config_id from timing-table rows that recorded them (rows without are left out)."""
-    return {
-        config_id(row.config): compiled_resources(row.config, row.n_regs, row.shared_bytes, warp_size)
-        for row in rows
-        if row.n_regs is not None and row.shared_bytes is not None
-    }
-
-
 def quantize_geometry(
     config: Config,
     geometry: Geometry,
@@ -199,7 +177,7 @@ def quantize(
 
 # ------------------------------------------------------------------------------------------- ranking and pruning
 
-CompiledTable = Mapping[ConfigId, Resources]  # config_id -> compiled resources (compiled_from_rows)
+CompiledTable = Mapping[ConfigId, Resources]  # config_id -> compiled resources
 
 
 class ModelOptions(TypedDict, total=False):
