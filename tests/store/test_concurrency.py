@@ -22,7 +22,8 @@ from toy_kernel import PlantedTimer
 from tunekit.core.device import fingerprint
 from tunekit.store.entry import Entry
 from tunekit.store.key import CacheKey
-from tunekit.store.store import DB_NAME, Store, _parse
+from tunekit.store.payload import parse_payload
+from tunekit.store.store import DB_NAME, Store
 
 PREAMBLE = f"""
 import json, os, sys, time
@@ -248,7 +249,7 @@ def test_eight_writers_at_once_lose_nothing_and_keep_the_fastest(toy, tmp_path):
     with Store() as store:
         raw = raw_rows()
         entries = {e.key.digest: e for e in store.entries()}
-    assert len(raw) == 4 and all(_parse(d, payload)[0] is not None for d, payload in raw.items())  # none corrupt
+    assert len(raw) == 4 and all(parse_payload(d, payload)[0] is not None for d, payload in raw.items())  # none corrupt
     for k in range(3):
         per_writer = [r["tuned"][k] for r in results]
         digest = per_writer[0]["digest"]

@@ -217,14 +217,15 @@ sys.path.insert(0, sys.argv[2])
 from tunekit.core import registry
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.core.errors import CacheError
-from tunekit.store.store import _TABLE_SQL, DB_NAME, Store
+from tunekit.store.file_safety import TABLE_SQL
+from tunekit.store.store import DB_NAME, Store
 root, out = Path(sys.argv[1]), {}
 for case in ("database", "journal", "after-open"):
     d = root / case
     store = Store(d)  # opened while empty and healthy
     if case == "journal":  # a journal matters once a database exists
         with sqlite3.connect(d / DB_NAME) as conn:
-            conn.execute(_TABLE_SQL)
+            conn.execute(TABLE_SQL)
     os.mkfifo(d / (DB_NAME + "-journal" if case == "journal" else DB_NAME))
     try:
         Store(d)

@@ -72,7 +72,6 @@ MAX_PAYLOAD_CHARS = 16 * 2**20  # a larger payload is skipped unread (tunekit's 
 # The nearest-entry scan reads rows up to 1 MiB (a few thousand trials; a tuning run writes hundreds): a larger row
 # is skipped there (still served by its own key), so it parses at most 1 MiB of JSON per row of its scope.
 MAX_SCOPE_PAYLOAD_CHARS = 2**20
-_TABLE_SQL, _parse = TABLE_SQL, parse_payload  # their names from before the split, still imported from here
 
 _warned: set[tuple[str, str]] = set()  # (store directory or digest, reason): each said once per process
 
