@@ -1,4 +1,5 @@
-"""The tile geometry of the row kernels for the quantization model (tunekit.model, tunekit/geometry.py).
+"""The tile geometry of the row kernels for the quantization model (tunekit.tuning.perf_model,
+tunekit/core/geometry.py).
 
 Forward (LayerNorm, RMSNorm, softmax): `single` / `window` have one program per ROWS rows holding [ROWS, BLOCK_N];
 the looped variants one program per row walking it in ceil(cols / BLOCK_N) chunks. Backward (LayerNorm, RMSNorm):

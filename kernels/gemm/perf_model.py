@@ -1,5 +1,5 @@
-"""The GEMM's tile geometry for the quantization model (tunekit.model, tunekit/geometry.py): the grid of each variant
-as kernels/gemm/host.py launches it."""
+"""The GEMM's tile geometry for the quantization model (tunekit.tuning.perf_model, tunekit/core/geometry.py): the
+grid of each variant as kernels/gemm/host.py launches it."""
 
 from __future__ import annotations
 

@@ -347,7 +347,7 @@ flops = row_flops(8)
 # fp32: rsqrt and summation order differ from torch by ~1e-6 relative. fp16/bf16: |y| is up to ~4.
 TOLERANCES = {"float32": Tolerance(atol=1e-4, rtol=1e-4), **ONE_ULP_UP_TO_4}
 
-# What RMSNorm's forward declares as this kernel does: its space (search_spaces/rmsnorm.py is this one) and tolerances.
+# What RMSNorm's forward declares as this kernel does: its space (RMSNorm has no space file of its own) and tolerances.
 SHARED_DECLARATION = {"space": SPACE, "tolerances": TOLERANCES}
 
 SPEC = norm_spec(

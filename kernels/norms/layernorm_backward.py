@@ -256,7 +256,7 @@ flops = row_flops(12)
 TOLERANCES = {"float32": Tolerance(atol=1e-3, rtol=1e-4), **ONE_ULP_UP_TO_4}
 
 # What LayerNorm's and RMSNorm's backward declare alike: they run launch_backward (so share its version), with one
-# space (search_spaces/rmsnorm_backward.py is this one), heuristic and tolerance table; the model's partials are
+# space (RMSNorm has no space file of its own), heuristic and tolerance table; the model's partials are
 # the weight vectors (dweight, and dbias for LayerNorm).
 SHARED_DECLARATION = {
     "space": SPACE,

@@ -330,7 +330,7 @@ def heuristic(problem: Problem, device: DeviceFingerprint) -> Config:
 
 
 # Rough fp32 operations per element of each activation (exp/erf counted as one): for the flops column only (the
-# model's estimates, kernels/pointwise_model.py, count instructions).
+# model's estimates, kernels/pointwise/perf_model.py, count instructions).
 _ACTIVATION_FLOPS = {"none": 0, "relu": 1, "gelu": 5, "gelu_tanh": 8, "silu": 6, "sigmoid": 5, "tanh": 10}
 
 

@@ -25,7 +25,7 @@ pinned by rules (GROUP_M where there is one row of tiles, SPLIT_K outside splitk
 are ruled out (tensor-core tiles under 64 where the problem is larger, splitk where the tiles alone fill the GPU).
 
 The problem is a mapping with keys m, n, k (exact; problems that quantize alike share results through the
-tuner's quantization signature, tunekit.model), dtype, a_layout / b_layout
+tuner's quantization signature, tunekit.tuning.perf_model), dtype, a_layout / b_layout
 ("row" or "col"), activation, has_bias, has_residual and aligned16 (16 bytes, not 16 elements: every operand's
 leading stride and data pointer is 16-byte aligned; see `is_aligned16`).
 """

@@ -1,4 +1,4 @@
-"""Kernel identity (tunekit/identity.py): what retires tuned entries, and what must not.
+"""Kernel identity (tunekit/core/identity.py): what retires tuned entries, and what must not.
 
 - A golden file holds each kernel's version and host launch-path digest: a launch-path change with no version
   bump fails here. Re-record (when the change keeps the launch meaning) with

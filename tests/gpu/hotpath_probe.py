@@ -1,4 +1,4 @@
-"""GPU checks and host-cost table of the eager hot path (tunekit/hotpath.py). One device run:
+"""GPU checks and host-cost table of the eager hot path (tunekit/runtime/hotpath.py). One device run:
 
     python tests/gpu/hotpath_probe.py --out $OUT [--models]
 
@@ -7,7 +7,7 @@
 3. a side stream: the replayed kernel runs on the caller's current stream (checked in a profiler trace);
 4. torch.compile(fullgraph=True) and mode="reduce-overhead" after plans exist;
 5. a second GPU where one is present;
-6. the host-cost table (tunekit.host_bench), as served by default and with TUNEKIT_UNTUNED=triton;
+6. the host-cost table (tunekit.evaluation.host_bench), as served by default and with TUNEKIT_UNTUNED=triton;
 7. what the tuner scores (`tuner_floor`): GPU time, the per-call floor through the JIT path and through the
    replay the tuner now times, the timer's score, and torch's, on launch-bound and GPU-bound problems;
 8. with --models: the Llama decode/prefill rows of the model benchmark (eager, tunekit, liger).

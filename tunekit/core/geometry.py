@@ -6,7 +6,7 @@ one problem into programs (tiles). Its `geometry` maps (config, problem, warp si
 each dimension and each program's padded extent, useful against padded work, the threads of a program and its
 estimated registers and shared memory, its flops and the bytes it moves. `tunekit.tuning.perf_model` turns that into
 occupancy, waves and a modelled time; nothing here knows the device. Each kernel's geometry lives next to the
-kernel (kernels/*_perf_model.py, kernels/gemm/perf_model.py): the grids follow its launch.
+kernel (kernels/rows_perf_model.py, kernels/<family>/perf_model.py): the grids follow its launch.
 
 Register and shared-memory figures are estimates made before compiling (the model takes the compiled kernel's
 where known). Registers: a fixed part for addresses, offsets, masks and loop state, plus what the program's

@@ -8,8 +8,8 @@ measured to beat what Inductor generates for it, both compiled: tunekit/tuning/i
 entry's kernel as Inductor builds it and torch's op compiled for the problem, and keeps both with the entry
 (`UNDER_COMPILE`). (Inductor's build of a tuned kernel can be slower than Triton's own: 8-10% on Qwen2-7B's prefill
 GEMMs, 2.5x on one with a SiLU epilogue, H200; so the eager time says nothing here.) Where a kernel wins,
-the op is a `torch.library.triton_op` whose launch becomes a Triton-kernel node of the graph (tunekit/core/
-traced_launch.py): Inductor launches it itself, with no per-call dispatch of tunekit's. Where none wins, the op
+the op is a `torch.library.triton_op` whose launch becomes a Triton-kernel node of the graph (tunekit/launch/
+traced.py): Inductor launches it itself, with no per-call dispatch of tunekit's. Where none wins, the op
 traces as torch's own code, or a patched module's own forward: the graph compile alone builds.
 
 TUNEKIT_COMPILE_OPS overrides the measurement: a comma list of op names, `all` or `none`. A listed op always traces
