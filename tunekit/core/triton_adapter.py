@@ -1,4 +1,4 @@
-"""Everything tunekit reads of Triton beyond its public API, in one place (issue 30).
+"""Everything tunekit reads of Triton beyond its public API, in one place.
 
 Public API, usable anywhere: `triton.jit`, `triton.autotune`, `triton.heuristics`, `triton.Config`, `triton.cdiv`,
 `triton.next_power_of_2`, `triton.__version__`, `triton.language`, `triton.testing` and the host TMA descriptor of

@@ -7,7 +7,7 @@ first, is trial 1), the simulated device seconds, and the fraction of the space 
 its trial cap first is censored: the numbers it reports are lower bounds, shown as ">N".
 
 Per strategy and kernel, seeds are summarised per shape by their median, then shapes by their median and worst;
-per device as well (issue 19 asks for the same numbers on H100 tables). Zero-trial quality: the share of shapes
+per device as well (one problem is recorded on several devices). Zero-trial quality: the share of shapes
 whose first measured config (trial 1) is within 10% of the best.
 
 The `model` strategy's learned ranking correction (tunekit.tuning.ranker) is fitted leave-one-shape-out: each

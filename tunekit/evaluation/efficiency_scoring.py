@@ -26,8 +26,7 @@ from tunekit.evaluation.efficiency_records import (
 DEFAULT_STRATEGY = "model"  # the strategy the targets are about
 GEMM_FAMILY = "gemm"
 ALL_FAMILIES = ALL
-# What the default strategy is expected to reach on every device (issue 19, on leave-one-shape-out numbers; the
-# fraction and blind-random targets are the earlier issue "Search that knows the hardware"'s).
+# What the default strategy is expected to reach on every device (on leave-one-shape-out numbers).
 TARGET_GEMM_FRACTION = 0.10
 TARGET_GEMM_TRIALS = 10
 TARGET_GEMM_WORST_FRACTION = 0.15

@@ -146,7 +146,7 @@ def first_pick_hits(kernel: str, tables: Sequence[TimingTable], ranker: Ranker) 
     return held_out, in_sample, heuristic
 
 
-FIRST_PICK_WITHIN = 1.10  # a first pick "within 10% of the best": issue 19's zero-trial measure
+FIRST_PICK_WITHIN = 1.10  # a first pick "within 10% of the best": the zero-trial measure
 
 
 def _first_pick_ratio(table: TimingTable, ranker: Ranker) -> float:

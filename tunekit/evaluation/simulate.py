@@ -187,7 +187,7 @@ def simulate_tune(
 
 
 def table_name(table: TimingTable) -> str:
-    """Kernel, problem and device: the same problem is recorded on several devices (issue 19's H100 tables)."""
+    """Kernel, problem and device: the same problem is recorded on several devices."""
     problem = ",".join(f"{k}={v}" for k, v in table.problem.items())
     return f"{table.kernel}[{problem}]@{table.fingerprint.label}"
 

@@ -1,4 +1,4 @@
-"""Inductor's GEMM choices from tunekit's store (opt-in; issue 31's "feed Inductor" exploration).
+"""Inductor's GEMM choices from tunekit's store (opt-in).
 
 Under max-autotune, Inductor benchmarks about twenty Triton tile configs of its own matmul template per GEMM, at
 compile time, against cuBLAS. Where tunekit's store (the user's cache or a shipped pack) holds a tuned entry for

@@ -194,7 +194,7 @@ def _pointwise_backward(
     outputs = (dx, db) if want_db else (dx,)
     if dispatch_launch(_POINTWISE_BACKWARD, (x, dy, b, want_db, activation, float(scale)), outputs):
         return dx, db
-    # torch ops in fp32, as before the kernel existed (eager training runs torch's own chain instead)
+    # torch ops in fp32, as the kernel computes (eager training runs torch's own chain instead)
     z = x.float() * scale
     if b is not None:
         z = z + b.float()
