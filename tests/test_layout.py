@@ -1,4 +1,4 @@
-"""The package layout (issue 14): imports point down the layers, no module imports itself back, sizes stay small.
+"""The package layout: imports point down the layers, no module imports itself back, sizes stay small.
 
 Every import counts: module level, inside functions and under TYPE_CHECKING, read with `ast` (nothing imported).
 Layers, bottom to top (README, "Package layout"), each where its imports put it:
@@ -42,7 +42,7 @@ RUNTIME_TO_TUNING = {
     "tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate",
     "tunekit.tuning.spot_check",
 }  # fmt: skip
-# Triton's public API (issue 30): what any module may use. Everything else of Triton (triton.runtime, triton.compiler,
+# Triton's public API: what any module may use. Everything else of Triton (triton.runtime, triton.compiler,
 # triton.knobs, triton.backends, the driver, ...) is read only in TRITON_ADAPTER. Checked on every import and on every
 # attribute chain from a name bound to the `triton` package (`import triton`, `import triton.x`, `import triton as t`).
 TRITON_ADAPTER = "tunekit.core.triton_adapter"

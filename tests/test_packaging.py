@@ -98,7 +98,7 @@ def test_explain_takes_a_shipped_table_by_name():
     assert result.exit_code == 0, result.output
     assert "132" in result.output  # the H200's SMs, modelled on this CPU machine
     result = cli("explain", "-k", "gemm", "-s", "4097x4096x4096")
-    # one short line naming a shipped table to model instead (issue 50: it listed them all, 343 characters)
+    # one short line naming a shipped table to model instead (it once listed them all, 343 characters)
     (line,) = result.output.splitlines()
     assert result.exit_code == 1 and "--table " in line and len(line) <= 120
     suggested = line.rsplit("--table ", 1)[1].strip()

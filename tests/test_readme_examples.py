@@ -1,4 +1,4 @@
-"""README.md's examples, run as a user on a CPU runs them, so that they cannot go stale (issue 50: its `device="cuda"`
+"""README.md's examples, run as a user on a CPU runs them, so that they cannot go stale (its `device="cuda"`
 examples needed editing on a CPU, and its tunekit.autotune conversion failed there as written).
 
 Every ```python and ```bash block runs, in the README's order, in a subprocess: one fresh working directory and one
@@ -9,7 +9,7 @@ any other word there fails the test, so a typo cannot skip an example.
 
 The tunekit.autotune conversion runs as the README tells a user to make it: the Triton "before" block (a GPU block:
 triton.autotune benchmarks with CUDA events) with its decorator replaced by the "after" block and `import tunekit`
-added after the other imports (the order that failed in issue 50).
+added after the other imports (the order that once failed).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`tunekit --help` lists every command with its whole one-line summary, at any width (issue 50: click cut each
+"""`tunekit --help` lists every command with its whole one-line summary, at any width (click once cut each
 summary mid-sentence, `tune  Tune KERNEL for each shape (a default set when none is...`)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_each_summary_is_a_sentence_that_its_command_help_begins_with_or_names()
 
 
 def test_readme_cli_table_lists_every_command():
-    """README's CLI table has a row for each command (issue 50: `requeue` had none); model-bench has its section."""
+    """README's CLI table has a row for each command (`requeue` once had none); model-bench has its section."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## CLI\n") : readme.index("### The model benchmark: `tunekit model-bench`")]
     rows = set(re.findall(r"^\| `tunekit ([a-z-]+)", section, re.M))

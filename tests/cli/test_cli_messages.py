@@ -1,4 +1,4 @@
-"""What a new user met (issue 50), each said in one clear line: an unknown --device for export, a plan file that
+"""What a new user met, each said in one clear line: an unknown --device for export, a plan file that
 already exists, an environment variable with a bad value (the CLI and Python say the same), a cache directory that
 is a file, explain on a machine with no GPU, bench's header in a pipe, an option's bad value, and counts that are
 singular."""

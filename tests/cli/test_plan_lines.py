@@ -1,4 +1,4 @@
-"""One bad plan line never abandons a plan (issue 44): it is one `error:` line naming the plan line, and the other
+"""One bad plan line never abandons a plan: it is one `error:` line naming the plan line, and the other
 lines are still listed or tuned. Before: `{"kernel": "softmax", "shape": "1048576x1048576", "dtype": "float32"}`
 passed `tunekit plan`, then `tune --plan` (and `tune --shape`) died in the allocator with a raw traceback and every
 later line was dropped; user-kernel plan lines with a misspelt argument, `n: true`, `"dtype.x_ptr": "__class__"` or

@@ -1,5 +1,5 @@
 """`tunekit show` lists this device's entries; other devices' (the shipped H200 and H100 databases on a CPU machine)
-are counted, by device, with the flag that lists them (issue 50: a fresh CPU install printed 2,013 lines of them)."""
+are counted, by device, with the flag that lists them (a fresh CPU install once printed 2,013 lines of them)."""
 
 from __future__ import annotations
 

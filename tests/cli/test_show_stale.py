@@ -1,4 +1,4 @@
-"""`tunekit show` and `show --json` on a store after an upgrade renamed a problem field (issue 29: KeyError 'cols',
+"""`tunekit show` and `show --json` on a store after an upgrade renamed a problem field (once KeyError 'cols',
 ValueError): entries whose problem is not one the kernel declares today render as stale, never a traceback."""
 
 from __future__ import annotations

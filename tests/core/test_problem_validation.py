@@ -1,5 +1,5 @@
 """Problems are validated by their kernel's declaration wherever they enter: plan files (read and written),
-`tunekit plan`, `tune --plan`, imports and store rows (issue 29: rows=true, cols=0, a_layout="diag", m=0,
+`tunekit plan`, `tune --plan`, imports and store rows (rows=true, cols=0, a_layout="diag", m=0,
 activation="tanh", dtype float64 and rows=1e30 were tuned and stored, or raised KeyError / TypeError; a deeply
 nested plan raised RecursionError)."""
 

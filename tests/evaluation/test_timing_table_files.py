@@ -1,4 +1,4 @@
-"""Timing-table files are opened as regular files only, and decompressed under a cap (issue 29: a FIFO at a table's
+"""Timing-table files are opened as regular files only, and decompressed under a cap (a FIFO at a table's
 path hung `tunekit efficiency`; a 2.5 MB gzip expanding to 2.7 GB ended in MemoryError)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""User kernels (tunekit.autotune) on the fleet (issue 48): `tune --plan pkg.mod:kernel --workers N` queues their
+"""User kernels (tunekit.autotune) on the fleet: `tune --plan pkg.mod:kernel --workers N` queues their
 problems as jobs; the workers import the user's module (the plan names it), tune each job once and share one store.
 The workers here run in the interpreter, with a SQLite queue."""
 

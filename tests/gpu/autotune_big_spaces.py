@@ -1,4 +1,4 @@
-"""Big spaces, real kernels (issue 48): three kernels written outside tunekit, each over 140-224 configs and 8 shapes,
+"""Big spaces, real kernels: three kernels written outside tunekit, each over 140-224 configs and 8 shapes,
 timed exhaustively on the GPU; then trials to within 3% of the exhaustive best for tunekit.autotune's own search
 (replayed over the recorded table: tests/gpu/autotune_replay.py) and for random order; then host time per call of
 the tunekit.autotune-decorated kernel against a plain launch of the same config, in a second process that the store

@@ -1,4 +1,4 @@
-"""`--budget 60` against a full 8-trial tune, at the model level (issue 32's one-minute target). One family at 7B
+"""`--budget 60` against a full 8-trial tune, at the model level (the one-minute target). One family at 7B
 widths (model_transfer.py's: 2 decoder layers, bf16, random weights), no shipped packs (remove cache/packs/*.json
 first, so an untuned problem is served by torch, not by a pack):
 

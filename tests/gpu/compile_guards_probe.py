@@ -1,4 +1,4 @@
-"""What Dynamo's guards cost per call of a compiled model, patched by tunekit and not (issue 31: default-mode decode
+"""What Dynamo's guards cost per call of a compiled model, patched by tunekit and not (default-mode decode
 with a patched model ran 3-4% behind compile alone with the same output code and GPU time, so the difference is on
 the host). Compiles a 2-layer Llama (transformers, random weights) with backend "eager" (the guards do not depend
 on the backend), then times the guard check of the cached frame alone, in alternation, and counts its guards.

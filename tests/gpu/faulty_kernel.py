@@ -1,4 +1,4 @@
-"""A deliberately faulty kernel for issue 7's GPU run (tests/gpu/fault_run.py): y = 2x, plus planted faults.
+"""A deliberately faulty kernel for the GPU run of tests/gpu/fault_run.py: y = 2x, plus planted faults.
 
 `mode` picks the variant (a constexpr, so each is its own compiled kernel):
 - ok: y = 2x, correct, the only mode that can win;

@@ -1,4 +1,4 @@
-"""Tune GEMM shapes no timing table holds (issue 19's three held-out shapes, and a few more) with the default
+"""Tune GEMM shapes no timing table holds (the three shapes record_tables.py holds out, and a few more) with the default
 `model` strategy on this GPU, and print how the best config so far compares with torch after 1, 3, 5, 10 and 20
 trials.
 

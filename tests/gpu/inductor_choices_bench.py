@@ -1,5 +1,5 @@
 """tunekit's tuned GEMM tiles as Inductor's choices (tunekit.integrations.inductor_choices) against max-autotune and
-the default mode: compile time and step time (issue 31, "feed Inductor").
+the default mode: compile time and step time.
 
 A pack model (2 decoder layers, bf16, random weights) per step (prefill, decode, train), compiled several ways on
 copies of the same weights: torch.compile's default mode, twice (the second, "compile (control)", is the noise

@@ -1,4 +1,4 @@
-"""Token buckets on a GPU (issue 32): is a token count between two tuned bucket edges served at least as fast as torch?
+"""Token buckets on a GPU: is a token count between two tuned bucket edges served at least as fast as torch?
 
 For a few layer shapes of a 7B model (Qwen2-7B: hidden 3584, MLP 18944; bf16, linear layers as tunekit.ops.linear
 records them: A row-major [M, K], B the weight's transpose, column-major), this

@@ -1,5 +1,5 @@
 """LayerNorm / RMSNorm backward on a GPU: correctness, a small config sweep, bandwidth, and forward+backward
-against torch eager, torch.compile and Liger-Kernel (issue 17, norm-backward part).
+against torch eager, torch.compile and Liger-Kernel.
 
     python tests/gpu/norm_backward_bench.py --out DIR [--quick] [--shapes 16384x1536,8192x5120]
 

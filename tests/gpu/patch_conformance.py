@@ -1,4 +1,4 @@
-"""tunekit.patch's conformance sweep on the GPU, in bf16 and fp16, and OLMo-2 at 7B widths (issue 43).
+"""tunekit.patch's conformance sweep on the GPU, in bf16 and fp16, and OLMo-2 at 7B widths.
 
 1. Every causal-LM family the installed transformers ships, tiny (tunekit/evaluation/patch_conformance.py: the
    CPU test's sweep, here in each --dtypes on --device): logits, a training step and greedy generate with the KV

@@ -1,4 +1,4 @@
-"""Record exhaustive timing tables for a set of problems (issue 19's training and scoring data), within a time budget.
+"""Record exhaustive timing tables for a set of problems (the ranker's training and scoring data), within a time budget.
 
     python tests/gpu/record_tables.py --set h200-gemm --out $OUT --budget 540
 
@@ -6,7 +6,7 @@ Every valid config of each problem is compiled (a pool of processes), verified a
 (CUDA events, L2 flushed, median; shorter repetitions than `tunekit record`'s default so a set fits a device call).
 Tables are saved after each problem, so a run cut short keeps what it finished. The problems are chosen to spread
 over what the model mis-ranks (skinny M, K >> N, N >> K, unaligned sizes, column-major operands, every epilogue);
-the three held-out GEMM shapes of issue 19 (2048x6144x4096, 64x8192x8192, 1500^3) are deliberately not among them.
+the three held-out GEMM shapes (2048x6144x4096, 64x8192x8192, 1500^3) are deliberately not among them.
 """
 
 from __future__ import annotations

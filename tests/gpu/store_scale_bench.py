@@ -1,9 +1,9 @@
-"""The store's bounded cost in seconds (issue 29), on any machine (CPU included): the timings that
+"""The store's bounded cost in seconds, on any machine (CPU included): the timings that
 tests/store/test_store_scale.py does not assert, because a busy machine makes a unit test's wall-clock bound fail
-(issue 50: 1.108 s against a bound of 1.0 s on a shared 2-core machine).
+(1.108 s against a bound of 1.0 s once, on a shared 2-core machine).
 
 It plants other devices' entries in a fresh cache, as the tests do, then times each step and prints a table: the
-median of --repeats runs, the target issue 29 set, and whether the median holds it (the exit status is 1 when one
+median of --repeats runs, the target, and whether the median holds it (the exit status is 1 when one
 does not). The targets are for an idle machine; read a miss on a loaded one with that in mind.
 
 Run: python3 tests/gpu/store_scale_bench.py [--entries 2000] [--listed 1500] [--repeats 5]

@@ -1,5 +1,5 @@
 """After tuning, is any tunekit GEMM slower than torch? Tune Linear-shaped problems (10 trials each, torch timed as a
-candidate), then time `tunekit.ops.linear` as a user calls it against F.linear + the activation (issue 18).
+candidate), then time `tunekit.ops.linear` as a user calls it against F.linear + the activation.
 
     python tests/gpu/torch_candidate_probe.py --trials 10
 

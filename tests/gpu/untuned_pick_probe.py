@@ -1,5 +1,5 @@
 """Zero-trial quality on the GPU: the config an untuned GEMM gets (the ranker's pick, tunekit.tuning.untuned) against
-the hand heuristic and torch, on shapes no timing table holds (issue 19's three held-out shapes and random ones).
+the hand heuristic and torch, on shapes no timing table holds (the three record_tables.py holds out, and random ones).
 
     python tests/gpu/untuned_pick_probe.py --random 12 --seed 7
 

@@ -1,4 +1,4 @@
-"""Token buckets (issue 32): a GEMM's m between two tuned bucket edges is served the upper edge's config (layer
+"""Token buckets: a GEMM's m between two tuned bucket edges is served the upper edge's config (layer
 "bucket") only where both edges are tuned, not demoted, and both beat torch by the margin; otherwise torch. Plans
 record the edges around each token count met."""
 

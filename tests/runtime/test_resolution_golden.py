@@ -1,6 +1,6 @@
 """What the shipped databases serve, what each heuristic picks and what the model predicts stay as recorded.
 
-A guard for refactors of kernels/, search_spaces/ and the quantization model (issue 14): moving code must not
+A guard for refactors of kernels/, search_spaces/ and the quantization model: moving code must not
 change behaviour. The golden file holds, for every shipped entry,
 - the layer and config that serve its key on its own device (dispatch's `resolve`, no user cache);
 - the kernel's heuristic config for that problem on that device and in the interpreter;

@@ -1,4 +1,4 @@
-"""Backward problems in plans (issue 17): recording a training step gives a plan with the backward problems next to
+"""Backward problems in plans: recording a training step gives a plan with the backward problems next to
 the forward ones, `tunekit tune --plan` tunes them like any problem, and dispatch then serves the tuned entries."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every file tunekit reads goes through one bounded reader (issue 44): a FIFO, a device or a socket is refused
+"""Every file tunekit reads goes through one bounded reader: a FIFO, a device or a socket is refused
 without blocking, a symlink is followed and its target checked, the size is capped, JSON nesting is bounded before
 json's recursion, and the error is one line naming the file. Before: a FIFO as a plan, as other_triton.json, as a
 pack or given to `tunekit import` hung forever; a plan linked to /dev/zero grew to 15 GB in a minute;

@@ -1,5 +1,5 @@
 """The store opens what it checked: swapping `store.sqlite3` for a symlink (or another file) between the check and
-SQLite's open never creates or writes a file outside the cache (issue 29: a swap created a new SQLite file at the
+SQLite's open never creates or writes a file outside the cache (a swap once created a new SQLite file at the
 link's target, or committed into an existing tunekit-format database there)."""
 
 from __future__ import annotations

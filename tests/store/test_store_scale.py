@@ -1,4 +1,4 @@
-"""Bounded cost (issue 29): a valid import of 20k entries for another device made `tunekit show` take 4 min 43 s
+"""Bounded cost: a valid import of 20k entries for another device made `tunekit show` take 4 min 43 s
 (quadratic: each problem's nearest-entry scan read every entry) and each new op key 1.2-1.8 s instead of 0.01 s;
 100 crafted rows under the payload cap made one op call use 3.3 GB. `show` and the nearest-entry scan index
 entries by (kernel, device), so their cost grows with what is relevant, and the scan never decodes trials.

@@ -50,7 +50,7 @@ def test_one_process_splits_each_problem_into_phases(toy, tmp_path) -> None:
 
 
 def test_fleet_jobs_carry_torchs_time_as_one_process_does(toy, tmp_path, monkeypatch) -> None:
-    """The bug of issue 32: fleet workers' benches had no time_torch, so their entries lacked torch's time."""
+    """Fleet workers' benches time torch too (without time_torch, their entries lacked torch's time)."""
     monkeypatch.setattr(torch_candidate, "time_torch", lambda *args: 0.125)
     job = Job("toy", PROBLEM, trials=2, sampler="random")
     benches = SharedBench(PlantedTimer(), isolate=False)

@@ -1,4 +1,4 @@
-"""`tunekit.autotune` on the CPU whatever was imported first (issue 50): with torch and triton imported before tunekit,
+"""`tunekit.autotune` on the CPU whatever was imported first: with torch and triton imported before tunekit,
 on a machine without a GPU and without TRITON_INTERPRET, Triton's own jit functions (tl.max, tl.sum, ...) were built
 for the GPU and every config failed in the interpreter. Each case runs in a fresh interpreter."""
 

@@ -1,4 +1,4 @@
-"""A user kernel's name is checked where it is given (issue 44, item 5): `tunekit.autotune(name=...)` refuses a name
+"""A user kernel's name is checked where it is given: `tunekit.autotune(name=...)` refuses a name
 that `tunekit import` would refuse (one rule: tunekit.store.user_entries.check_import_path), and the default name of a
 kernel built inside a function is one that export and import round-trip."""
 

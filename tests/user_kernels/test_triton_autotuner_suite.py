@@ -23,7 +23,7 @@
 # CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT,
 # TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE
 # SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
-"""Triton's own autotuner tests, run with `triton.autotune` replaced by `tunekit.autotune` (issue 48).
+"""Triton's own autotuner tests, run with `triton.autotune` replaced by `tunekit.autotune`.
 
 Source: python/test/unit/runtime/test_autotuner.py of triton-lang/triton at commit 0094017 (the newest version the
 reference index holds; the v3.6.0 tag's copy could not be fetched here). It is a superset of what Triton 3.6.0

@@ -164,7 +164,7 @@ def test_ops_match_torch(shape: tuple, dtype: torch.dtype) -> None:
 
 
 def test_rows_sum_to_one_and_log_is_log_of_softmax() -> None:
-    torch.manual_seed(7)  # seeded: at a 1e-5 tolerance an unseeded draw failed once this session
+    torch.manual_seed(7)  # seeded: at a 1e-5 tolerance an unseeded draw failed once
     x = torch.randn(37, 2049, device=DEV) * 4.0
     y = rops.softmax(x, -1)
     torch.testing.assert_close(y.double().sum(-1), torch.ones(37, dtype=torch.float64, device=DEV), atol=1e-5, rtol=0)
