@@ -23,7 +23,6 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tunekit.core.errors import InvalidInputError
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, DTYPES, Inputs, KernelSpec, Outputs, ProblemKey, Tolerance, row_bucket
 from tunekit.kernels.common import (
@@ -196,34 +195,6 @@ def launch(config: Config, inputs: Inputs, outputs: Outputs) -> None:
 
 def alloc_outputs(inputs: Inputs) -> Outputs:
     return (torch.empty_like(inputs[0]),)
-
-
-def layer_norm_2d(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, config: Config
-) -> torch.Tensor:
-    """Validate, allocate and launch: LayerNorm over the last dim of a 2-D x with a given config."""
-    _check_inputs(x, weight, bias)
-    (y,) = outputs = alloc_outputs((x, weight, bias, eps))
-    launch(config, (x, weight, bias, eps), outputs)
-    return y
-
-
-def _check_inputs(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
-    if x.dim() != 2:
-        raise InvalidInputError(f"layernorm needs a 2-D x [M, N], but got shape {tuple(x.shape)}")
-    if x.dtype not in DTYPE_NAMES:
-        raise InvalidInputError(f"layernorm supports dtypes {sorted(DTYPES)}, but got {x.dtype}")
-    if x.shape[1] > 1 and x.stride(1) != 1:
-        raise InvalidInputError(f"layernorm needs x with unit stride along N, but got strides {x.stride()}")
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is None:
-            continue
-        if t.shape != (x.shape[1],) or (t.numel() > 1 and t.stride(0) != 1):
-            raise InvalidInputError(
-                f"layernorm {name} must be contiguous of shape ({x.shape[1]},), but got {tuple(t.shape)}"
-            )
-        if t.device != x.device:
-            raise InvalidInputError(f"layernorm {name} must be on {x.device}, but is on {t.device}")
 
 
 def reference(inputs: Inputs) -> Outputs:

@@ -107,26 +107,14 @@ def test_large_mean_keeps_precision(variant: str, block_n: int) -> None:
     torch.testing.assert_close(y, expected, atol=5e-3, rtol=0)
 
 
-def test_layer_norm_2d_honours_row_stride() -> None:
+def test_launch_honours_row_stride() -> None:
     base = torch.randn(5, 48)
     x = base[:, :40]  # rows 48 apart, unit stride within a row
     w, b = torch.rand(40) + 0.5, torch.randn(40)
     config = ln.heuristic(_problem(5, 40, "float32"), INTERP)
-    y = ln.layer_norm_2d(x, w, b, 1e-5, config)
+    (y,) = outputs = ln.alloc_outputs((x, w, b, 1e-5))
+    ln.launch(config, (x, w, b, 1e-5), outputs)
     torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (40,), w, b, 1e-5), atol=1e-4, rtol=1e-4)
-
-
-def test_layer_norm_2d_rejects_bad_inputs() -> None:
-    config = ln.heuristic(_problem(4, 8, "float32"), INTERP)
-    x = torch.randn(4, 8)
-    with pytest.raises(InvalidInputError, match="2-D"):
-        ln.layer_norm_2d(torch.randn(2, 4, 8), None, None, 1e-5, config)
-    with pytest.raises(InvalidInputError, match="float16"):
-        ln.layer_norm_2d(x.to(torch.int32), None, None, 1e-5, config)
-    with pytest.raises(InvalidInputError, match="unit stride"):
-        ln.layer_norm_2d(torch.randn(8, 4).t(), None, None, 1e-5, config)
-    with pytest.raises(InvalidInputError, match="weight"):
-        ln.layer_norm_2d(x, torch.ones(7), None, 1e-5, config)
 
 
 @pytest.mark.parametrize("problem", ln.default_problems(INTERP), ids=lambda p: f"{p['rows']}x{p['cols']}")
