@@ -15,7 +15,7 @@ time cap continues in the next call on the same machine):
               devices' entries replace those devices' entries there, every other device's stay
     reverify  per pack (no tuning): its model at 2 decoder layers, the pack's entries for this GPU given to
               tune_model as its tuning with the installed packs taken out (so "before" is no pack): each problem is
-              decided inside the steps (tunekit.tuning.in_step), what slows a step is served as before; the pack
+              decided inside the steps (tunekit.evaluation.in_step), what slows a step is served as before; the pack
               with what the steps kept -> $OUT/packs/<pack>.json; with vs without the pack in alternation, train
               peak memory and prefill logits vs eager (relative error, argmax agreement) both ways
     transfer  per --models: 2 decoder layers, in alternation: eager, tunekit out of the box (served by the packs),

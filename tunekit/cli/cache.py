@@ -293,7 +293,7 @@ def in_step(
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.store.database import shipped_entries
-    from tunekit.store.entry import IN_STEP
+    from tunekit.store.entry import in_step_record
     from tunekit.store.store import Store
     from tunekit.tuning.torch_candidate import torch_time
 
@@ -304,12 +304,10 @@ def in_step(
     entries = [*local, *(e for e in shipped_entries().values() if e.key not in seen)]
     rows = []
     for e in sorted(entries, key=lambda e: (e.key.kernel, str(e.key.problem))):
-        record = e.provenance.get(IN_STEP)
-        if e.key.device_key != device.key or (kernel is not None and e.key.kernel != kernel):
+        record = in_step_record(e.provenance)
+        if e.key.device_key != device.key or (kernel is not None and e.key.kernel != kernel) or record is None:
             continue
-        if not isinstance(record, dict) or not isinstance(record.get("ms"), dict):
-            continue
-        served = str(record.get("served", ""))
+        served = str(record.get("kept", ""))
         ms = record["ms"]
         rows.append(
             {

@@ -132,11 +132,11 @@ class TuneResult:
 
 
 def in_step_text(entry: Entry) -> str | None:
-    """What tune_model measured for the entry's problem inside a model step (tunekit.tuning.in_step), or None."""
-    from tunekit.store.entry import IN_STEP
+    """What tune_model measured for the entry's problem inside a model step (tunekit.evaluation.in_step), or None."""
+    from tunekit.store.entry import in_step_record
 
-    record = entry.provenance.get(IN_STEP)
-    if not isinstance(record, dict) or not isinstance(record.get("ms"), dict):
+    record = in_step_record(entry.provenance)
+    if record is None:
         return None
     times = ", ".join(
         f"{printable(str(name))} {ms:.3f}" for name, ms in record["ms"].items() if isinstance(ms, (int, float))
@@ -144,7 +144,7 @@ def in_step_text(entry: Entry) -> str | None:
     spread = record.get("noise")
     spread_text = f"; control spread {spread:.1%}" if isinstance(spread, (int, float)) else ""
     return (
-        f"in step {printable(str(record.get('step', '?')))}: kept {printable(str(record.get('served', '?')))}; "
+        f"in step {printable(str(record.get('step', '?')))}: kept {printable(str(record.get('kept', '?')))}; "
         f"ms per step run ({record.get('calls', '?')} calls, {record.get('problems', '?')} problems decided "
         f"together): {times}{spread_text}"
     )

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,14 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
+from tunekit.evaluation.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
 from tunekit.integrations.patching import patch
 from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
-from tunekit.store.entry import IN_STEP, Entry, demoted, verified_in_model
+from tunekit.store.entry import Entry, demoted, verified_in_model, with_in_step
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
-from tunekit.tuning.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
 
 Step = Callable[[torch.nn.Module], Any]
 StepTimer = Callable[[Callable[[], Any], int], float]  # (a call, reps) -> its median ms
@@ -323,7 +323,7 @@ def _record_in_step(decisions: list[InStepDecision], verify: list[Problem]) -> N
         for d in decisions:
             v = d.verdict
             record = {
-                "step": d.step, "served": v.chosen, "ms": dict(v.ms), "calls": v.calls, "problems": len(v.problems),
+                "step": d.step, "kept": v.chosen, "ms": dict(v.ms), "calls": v.calls, "problems": len(v.problems),
                 "noise": v.noise,
             }  # fmt: skip
             for problem in v.problems:
@@ -332,7 +332,7 @@ def _record_in_step(decisions: list[InStepDecision], verify: list[Problem]) -> N
                     continue
                 if problem in verify:
                     entry = verified_in_model(entry)
-                store.put(replace(entry, provenance={**entry.provenance, IN_STEP: record}))
+                store.put(with_in_step(entry, record))
 
 
 def _call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
@@ -375,7 +375,7 @@ class _Verification:
         self.after = after
 
     def in_step(self, floor: float) -> list[InStepDecision]:
-        """Per step, the final choice made inside it (tunekit.tuning.in_step) for every problem it runs that a
+        """Per step, the final choice made inside it (tunekit.evaluation.in_step) for every problem it runs that a
         Triton config serves before or after tuning: as before, as tuned, or torch's op. A problem two steps run is
         decided by the first."""
         decisions: list[InStepDecision] = []

@@ -4,7 +4,7 @@ While `attributing()` is on, every op call (a public op, and the inner steps its
 forward and backward) runs inside a profiler range named for it, and each problem dispatch serves inside it is
 noted against it. A step calls each op in the same order whatever serves its problems (torch's op or a Triton
 config), so the k-th call of an op is the same call in every run and serving: that is what lets
-tunekit.tuning.in_step compare servings call by call. (A serving may leave a call out: a patched loss that calls
+tunekit.evaluation.in_step compare servings call by call. (A serving may leave a call out: a patched loss that calls
 torch directly where torch serves it; in_step does not compare that serving for it.)
 
 Off (always, outside an attribution), nothing here runs: the two hooks are put on the classes for the attribution's
@@ -49,7 +49,7 @@ class Attribution:
     another op) is named by its position: a number for (its op, k-th call of that op in the run), the same call in
     every run and serving.
     Any other call (nested in one, or run by autograd's backward) is named by its run and its index in that run;
-    tunekit.tuning.in_step finds which top-level call it belongs to from the profile. `notes` holds, per name, the
+    tunekit.evaluation.in_step finds which top-level call it belongs to from the profile. `notes` holds, per name, the
     problems dispatch served directly inside the call (not in calls nested in it)."""
 
     notes: dict[int | Inner, set[Problem]] = field(default_factory=dict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -74,11 +75,33 @@ LOCAL_MARKS = (MODEL_VERIFIED,)
 # provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate): {"kernel_ms": the entry's
 # kernel as Inductor builds it, "inductor_ms": torch's op compiled}; under compile the kernel serves where it wins.
 UNDER_COMPILE = "under_compile"
-# provenance: the problem timed inside a model's step (tunekit.tuning.in_step): {"step", "served" (the serving kept:
-# before, tuned or torch), "ms" (per serving: ms per step run of the calls decided with it), "calls", "problems",
-# "noise" (the control's spread)}. What `show` and `in-step` print beside the tuner's time.
-IN_STEP = "in_step"
+# provenance: the problem timed inside a model's step (tunekit.evaluation.in_step), as flat fields (a database's
+# provenance holds scalars only) under this prefix: step, kept (the serving kept: before, tuned or torch), calls and
+# problems (decided together), noise (the control's spread), and ms_<serving> (ms per step run of those calls).
+# What `show`, `explain` and `in-step` print beside the tuner's time (`in_step_record` reads them back).
+IN_STEP = "in_step_"
 BAD_STATUSES = ("wrong", "failed")
+
+
+def with_in_step(entry: Entry, record: dict[str, Any]) -> Entry:
+    """`entry` holding `record` (step, kept, calls, problems, noise, ms: {serving: ms}) as its in-step fields, any
+    earlier ones replaced."""
+    provenance = {k: v for k, v in entry.provenance.items() if not k.startswith(IN_STEP)}
+    for name, value in record.items():
+        if name == "ms":
+            provenance.update({f"{IN_STEP}ms_{serving}": round(float(ms), 6) for serving, ms in value.items()})
+        else:
+            provenance[IN_STEP + name] = value
+    return replace(entry, provenance=provenance)
+
+
+def in_step_record(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The in-step fields of a provenance as one record ("ms" gathered per serving), or None when it has none."""
+    fields = {k[len(IN_STEP) :]: v for k, v in provenance.items() if k.startswith(IN_STEP)}
+    ms = {k[len("ms_") :]: v for k, v in fields.items() if k.startswith("ms_") and isinstance(v, (int, float))}
+    if not ms:
+        return None
+    return {**{k: v for k, v in fields.items() if not k.startswith("ms_")}, "ms": ms}
 
 
 def config_digest(config: dict[str, Value]) -> str:
@@ -138,10 +161,13 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     if bad(winner) and not bad(loser):
         winner, loser = loser, winner
     provenance = dict(winner.provenance)
-    for kept in (TORCH_MS, UNDER_COMPILE, IN_STEP):  # the newer record of each, from either side
+    for kept in (TORCH_MS, UNDER_COMPILE):  # the newer record of each, from either side
         value = new.provenance.get(kept, old.provenance.get(kept))
         if value is not None:
             provenance[kept] = value
+    newer_in_step = new if in_step_record(new.provenance) is not None else old  # the newer in-step fields, whole
+    provenance = {k: v for k, v in provenance.items() if not k.startswith(IN_STEP)}
+    provenance.update({k: v for k, v in newer_in_step.provenance.items() if k.startswith(IN_STEP)})
     same_config = config_id(loser.config) == config_id(winner.config)
     if same_config:
         for kept in (DEMOTED, HELD, MODEL_VERIFIED):  # marks of this very config or problem, from either side

@@ -1,4 +1,4 @@
-"""The in-step arbiter (tunekit.tuning.in_step): profiler events charged to the op calls that launched them (the
+"""The in-step arbiter (tunekit.evaluation.in_step): profiler events charged to the op calls that launched them (the
 forward range, what it nests, and the backward of the autograd nodes it made), calls that share a problem decided
 together, the control bounding a win, and tune_model keeping what the step measured (on the CPU, host time: the
 interpreter's Triton kernels lose to torch's ops by orders of magnitude, which makes torch's win certain)."""
@@ -14,13 +14,7 @@ from helpers import TESTS, cli
 
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
-from tunekit.evaluation.tune_model import tune_model
-from tunekit.runtime.attribution import attributing
-from tunekit.runtime.dispatch import Dispatcher, resolve
-from tunekit.runtime.hotpath import HotPath
-from tunekit.store.entry import DEMOTED, IN_STEP
-from tunekit.store.store import Store
-from tunekit.tuning.in_step import (
+from tunekit.evaluation.in_step import (
     BACKWARD,
     BEFORE,
     CONTROL,
@@ -32,6 +26,13 @@ from tunekit.tuning.in_step import (
     decide,
     group_verdict,
 )
+from tunekit.evaluation.tune_model import tune_model
+from tunekit.runtime.attribution import attributing
+from tunekit.runtime.dispatch import Dispatcher, resolve
+from tunekit.runtime.hotpath import HotPath
+from tunekit.store.database import read_document, write_document
+from tunekit.store.entry import DEMOTED, in_step_record
+from tunekit.store.store import Store
 
 sys.path.insert(0, str(TESTS / "evaluation"))
 from test_tune_model import _model, _plant
@@ -182,11 +183,18 @@ def test_tune_model_keeps_what_the_step_measured_and_records_it(tmp_path) -> Non
             problem = spec.problem_dict(planted[which])
             served = resolve(spec, problem, device, store)
             assert served.layer == "demoted"
-            record = served.entry.provenance[IN_STEP]
-            assert record["served"] == TORCH_OP and record["step"] == "train"
+            record = in_step_record(served.entry.provenance)
+            assert record["kept"] == TORCH_OP and record["step"] == "train"
             assert record["ms"][TORCH_OP] < record["ms"][TUNED]
             assert "in step train" in served.entry.provenance[DEMOTED]
     assert "kept torch" in report.table()
+    # What the step measured travels with the entry: a database written from the cache reads back (flat provenance).
+    with Store() as store:
+        entries = list(store.entries())
+    write_document(tmp_path / "db.json", entries)
+    assert [in_step_record(e.provenance) for e in read_document(tmp_path / "db.json")] == [
+        in_step_record(e.provenance) for e in entries
+    ]
     listing = cli("in-step", "--kernel", "gemm")
     assert listing.exit_code == 0, listing.output
     assert listing.output.count("gemm ") >= 2 and "torch" in listing.output
