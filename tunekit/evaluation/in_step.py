@@ -11,9 +11,9 @@ once, so the servings cost a few step runs each, not one per problem and candida
 Calls that share a problem (the same shapes in every layer, a forward and its backward) are decided together: a
 group's cost under a serving is the sum of its calls'. The servings are timed in blocks, each block running every
 serving in a rotated order, plus a control (the tuned serving again); a serving replaces what was served before only
-where its median per-block ratio to "before" beats 1 by more than the control's median
-per-block spread (and `floor`): medians both, so one disturbed block moves neither.
-On a machine with no GPU activity (the CPU tests) the same windows are charged their host time.
+where its median per-block ratio to "before" beats 1 by more than the control's median per-block spread (and
+`floor`): medians both, so one disturbed block moves neither. On a machine with no GPU activity (the CPU tests) the
+same windows are charged their host time.
 """
 
 from __future__ import annotations
