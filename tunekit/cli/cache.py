@@ -297,6 +297,8 @@ def in_step(
     from tunekit.store.store import Store
     from tunekit.tuning.torch_candidate import torch_time
 
+    if kernel is not None:
+        get_spec(kernel)  # an unknown name fails with the list of valid ones
     device = fingerprint()
     with Store() as store:
         local = list(store.entries())
