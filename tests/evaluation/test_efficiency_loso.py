@@ -13,10 +13,16 @@ from test_efficiency import RMSNORM
 from test_simulate import planted_table
 
 from tunekit.core.registry import get_spec
-from tunekit.evaluation import efficiency_runs, simulate
-from tunekit.evaluation.efficiency import Result, format_table, run_benchmark
-from tunekit.evaluation.efficiency_records import Run, first_ratio_of
-from tunekit.evaluation.efficiency_runs import describe_table, run_once
+from tunekit.evaluation import efficiency, simulate
+from tunekit.evaluation.efficiency import (
+    Result,
+    Run,
+    describe_table,
+    first_ratio_of,
+    format_table,
+    run_benchmark,
+    run_once,
+)
 from tunekit.evaluation.timing_table import TimingTable, save_tables
 from tunekit.tuning.ranker import Ranker
 
@@ -47,11 +53,11 @@ def fits(monkeypatch) -> list[tuple[str, list[str]]]:
     calls: list[tuple[str, list[str]]] = []
 
     def fake_fit(kernel: str, given: list[TimingTable]) -> Ranker:
-        names = [efficiency_runs.table_name(t) for t in given]
+        names = [efficiency.table_name(t) for t in given]
         calls.append((kernel, names))
         return Ranker(kernel, {}, None, tuple(n for n, t in zip(names, given) if t.kernel == kernel))
 
-    monkeypatch.setattr(efficiency_runs, "fit_ranker", fake_fit)
+    monkeypatch.setattr(efficiency, "fit_ranker", fake_fit)
     return calls
 
 
@@ -59,13 +65,13 @@ def fits(monkeypatch) -> list[tuple[str, list[str]]]:
 def rankers_seen(monkeypatch) -> list[tuple[str, str, Ranker | None]]:
     """(table, strategy, ranker) of every simulated search."""
     seen: list[tuple[str, str, Ranker | None]] = []
-    real = efficiency_runs.simulate_tune
+    real = efficiency.simulate_tune
 
     def recording(table, strategy, seed, **kwargs):
-        seen.append((efficiency_runs.table_name(table), strategy, kwargs.get("ranker")))
+        seen.append((efficiency.table_name(table), strategy, kwargs.get("ranker")))
         return real(table, strategy, seed, **kwargs)
 
-    monkeypatch.setattr(efficiency_runs, "simulate_tune", recording)
+    monkeypatch.setattr(efficiency, "simulate_tune", recording)
     return seen
 
 
