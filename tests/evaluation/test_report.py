@@ -30,7 +30,8 @@ from tunekit.evaluation.results import (
     summarize,
     timing_method,
 )
-from tunekit.evaluation.suite import AutogradRunner, Baseline, eager_runner, families, work_list
+from tunekit.evaluation.runners import AutogradRunner, eager_runner
+from tunekit.evaluation.suite import Baseline, families, work_list
 from tunekit.tuning.bench import WallClockTimer
 from tunekit.tuning.verify import check_outputs
 

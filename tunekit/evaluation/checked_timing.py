@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from tunekit.core.spec import KernelSpec, Outputs, Tolerance
-    from tunekit.evaluation.suite_baselines import Runner
+    from tunekit.evaluation.runners import Runner
     from tunekit.tuning.bench import Timer
 
 from tunekit.evaluation.names import EVENTS, GRAPH
@@ -53,7 +53,7 @@ def _after_failed_capture() -> None:
 
 def time_run(run: Runner, method: str, timer: Timer) -> tuple[float, str, str]:
     """(ms, how it was timed, note). A graph that cannot be captured falls back to events, and says so."""
-    from tunekit.evaluation.suite_baselines import AutogradRunner
+    from tunekit.evaluation.runners import AutogradRunner
 
     if method == GRAPH and isinstance(run, AutogradRunner):
         # Not even tried: autograd's backward runs off the capture stream, and the capture that failed on the

@@ -63,8 +63,8 @@ def max_autotune_child() -> None:
     """The child's side: one request on stdin, one result line on stdout."""
     from tunekit.core import backend
     from tunekit.core.registry import get_spec
+    from tunekit.evaluation.runners import compiled_runner
     from tunekit.evaluation.suite import SEED, families, family_for
-    from tunekit.evaluation.suite_baselines import compiled_runner
     from tunekit.tuning.bench import default_timer
 
     request = json.loads(sys.stdin.read())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tunekit.evaluation.suite_baselines import Runner
+    from tunekit.evaluation.runners import Runner
     from tunekit.tuning.bench import Timer
 
 from tunekit.evaluation.checked_timing import error_note, time_graphed, time_run
@@ -56,7 +56,7 @@ def matmul_tflops(timer: Timer, size: int = MATMUL_SIZE) -> float:
 
 def launch_floor_ms(timer: Timer, interpreted: bool) -> float:
     """An empty Triton kernel, timed as launch-bound problems are (CUDA graph; wall-clock in the interpreter)."""
-    from tunekit.evaluation.suite_baselines import empty_kernel
+    from tunekit.evaluation.runners import empty_kernel
 
     def run() -> None:
         empty_kernel[(1,)]()

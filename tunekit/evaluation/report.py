@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tunekit.core.space import Problem
     from tunekit.core.spec import KernelSpec, Outputs
+    from tunekit.evaluation.runners import Runner
     from tunekit.evaluation.suite import Family
-    from tunekit.evaluation.suite_baselines import Runner
     from tunekit.tuning.bench import Timer
 
 from tunekit.evaluation.checked_timing import check_then_time, error_note
@@ -114,7 +114,7 @@ def _torch_measurements(
     method: str,
     ctx: _Context,
 ) -> list[Measurement]:
-    from tunekit.evaluation.suite_baselines import compiled_runner, eager_runner
+    from tunekit.evaluation.runners import compiled_runner, eager_runner
 
     measurements = []
     program = family.torch_program

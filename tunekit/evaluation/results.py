@@ -13,7 +13,7 @@ from tunekit.evaluation.names import BOUND_RATIO, COPY, COPY_RATIO, EVENTS, GRAP
 from tunekit.store.bounded_file import load_json
 
 if TYPE_CHECKING:
-    from tunekit.evaluation.suite_targets import Target
+    from tunekit.evaluation.suite import Target
 
 
 FORMAT = "tunekit-bench"
@@ -248,8 +248,7 @@ def ratio_stats(rows: list[Row], ratio: str) -> dict[str, Any]:
 
 def _groups(family: str, rows: list[Row]) -> list[tuple[str, list[Row]]]:
     """(ALL, rows), then each of the family's groups (widths 2^k±1, GEMM size classes) with its rows."""
-    from tunekit.evaluation.suite import families
-    from tunekit.evaluation.suite_targets import ALL
+    from tunekit.evaluation.suite import ALL, families
 
     known = families().get(family)
     groups = [(ALL, rows)]
@@ -279,10 +278,10 @@ def _judge(target: Target, stats: dict[str, Any], bound: dict[str, Any] | None) 
 def summarize(run: BenchRun) -> dict[str, Any] | None:
     """Per family and group, the geomean of every ratio over rows timed with CUDA events, and the issue's targets
     judged on them. None for an interpreter run (wall-clock claims no ratio)."""
-    from tunekit.evaluation.suite_targets import TARGETS
-
     if run.interpreted:
         return None
+    from tunekit.evaluation.suite import TARGETS  # after the check: it imports torch and Triton
+
     measured = rows_by_family(r for r in run.rows if r.timing == EVENTS)
     present = {r.family for r in run.rows}
     geomeans, members = [], {}
