@@ -47,10 +47,9 @@ def parse_range(name: str, prefix: str = RANGE) -> tuple[int, int] | None:
 class Attribution:
     """What one attribution saw. A top-level call (a public op called by the step's own thread, not from inside
     another op) is named by its position: a number for (its op, k-th call of that op in the run), the same call in
-    every run and serving.
-    Any other call (nested in one, or run by autograd's backward) is named by its run and its index in that run;
-    tunekit.evaluation.in_step finds which top-level call it belongs to from the profile. `notes` holds, per name, the
-    problems dispatch served directly inside the call (not in calls nested in it)."""
+    every run and serving. Any other call (nested in one, or run by autograd's backward) is named by its run and its
+    index in that run; tunekit.evaluation.in_step finds which top-level call it belongs to from the profile. `notes`
+    holds, per name, the problems dispatch served directly inside the call (not in calls nested in it)."""
 
     notes: dict[int | Inner, set[Problem]] = field(default_factory=dict)
     top: set[int] = field(default_factory=set)
