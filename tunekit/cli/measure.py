@@ -225,13 +225,14 @@ def _measured(spec: KernelSpec, problem: Problem) -> str:
     the in-step times (tune_model); "" where nothing was."""
     from tunekit.cli.views import in_step_text
     from tunekit.core.device import fingerprint
+    from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve
     from tunekit.store.store import Store
     from tunekit.tuning.torch_candidate import torch_time
 
-    with Store() as store:
+    with Store() as store, version_policy.no_checks():  # explain reports; it never runs a kernel
         entry = resolve(spec, problem, fingerprint(), store).entry
-    if entry is None:
+    if entry is None or dict(entry.key.problem) != dict(problem):  # none, or the nearest problem's
         return ""
     torch_ms = torch_time(entry.provenance)
     lines = [f"Measured here: tuner {entry.time_ms:.4f} ms" + (f", torch {torch_ms:.4f} ms" if torch_ms else "")]

@@ -40,6 +40,7 @@ from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
 from tunekit.evaluation.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
 from tunekit.integrations.patching import patch
+from tunekit.runtime.attribution import Problem  # (kernel, the op's problem key)
 from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
 from tunekit.runtime.recorder import plan_line, record_problems
 from tunekit.store.database import shipped_entries
@@ -50,7 +51,6 @@ from tunekit.store.store import Store
 Step = Callable[[torch.nn.Module], Any]
 StepTimer = Callable[[Callable[[], Any], int], float]  # (a call, reps) -> its median ms
 Served = dict[str, dict[ProblemKey, Config]]
-Problem = tuple[str, ProblemKey]  # (kernel, the op's problem key)
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,6 @@ class _Verification:
     prior: Prior
     changed: list[Problem] = field(default_factory=list)
     used: dict[str, list[Problem]] = field(default_factory=dict)  # per step: the problems it runs
-    after: Served = field(default_factory=dict)  # what each problem is served now
 
     def survey(self) -> None:
         """Which problems each step runs, and which of them are served differently than before."""
@@ -372,7 +371,6 @@ class _Verification:
                 after.setdefault(kernel, {}).update(configs)
             self.used[name] = [(kernel, key) for kernel, configs in served.items() for key in configs]
         self.changed = _changed(self.before, after)
-        self.after = after
 
     def in_step(self, floor: float) -> list[InStepDecision]:
         """Per step, the final choice made inside it (tunekit.evaluation.in_step) for every problem it runs that a
