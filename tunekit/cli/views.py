@@ -145,7 +145,8 @@ def in_step_text(entry: Entry) -> str | None:
     spread_text = f"; control spread {spread:.1%}" if isinstance(spread, (int, float)) else ""
     return (
         f"in step {printable(str(record.get('step', '?')))}: kept {printable(str(record.get('kept', '?')))}; "
-        f"ms per step run ({record.get('calls', '?')} calls, {record.get('problems', '?')} problems decided "
+        f"ms per step run ({printable(str(record.get('calls', '?')))} calls, "
+        f"{printable(str(record.get('problems', '?')))} problems decided "
         f"together): {times}{spread_text}"
     )
 
