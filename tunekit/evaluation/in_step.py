@@ -49,9 +49,11 @@ class TraceEvent:
     sequence_nr: int = -1
     fwd_thread: int = 0
     annotation: bool = False  # a record_function range
+    shapes: tuple[tuple[int, ...], ...] = ()  # its inputs' shapes, where the profile recorded them
 
 
-def trace_events(profile: torch.profiler.profile) -> list[TraceEvent]:
+def trace_events(profile: torch.profiler.profile, shapes: bool = False) -> list[TraceEvent]:
+    """The profile's events; with `shapes`, each op's input shapes (a profile made with record_shapes=True)."""
     results = profile.profiler.kineto_results if profile.profiler is not None else None
     if results is None:
         return []
@@ -66,6 +68,7 @@ def trace_events(profile: torch.profiler.profile) -> list[TraceEvent]:
             e.sequence_nr(),
             e.fwd_thread_id(),
             e.is_user_annotation(),
+            tuple(tuple(int(d) for d in s) for s in e.shapes()) if shapes else (),
         )
         for e in results.events()
     ]

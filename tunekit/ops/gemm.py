@@ -32,6 +32,7 @@ from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, tor
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
 from tunekit.ops.declaration import SELF, Autograd, OpDeclaration, declare, public_op
+from tunekit.runtime import compiled_gemm
 from tunekit.runtime.dispatch import TORCH, dispatcher
 
 __all__ = ["linear", "matmul"]
@@ -235,8 +236,12 @@ def _torch_linear(
 ) -> torch.Tensor:
     """linear where dispatch served TORCH: torch's ops as a user writes them (F.linear, the activation, the
     residual add), so a training call records torch's own graph and nothing more. F.linear folds an N-D input
-    into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits."""
-    y = TORCH_ACTIVATIONS[_check_activation(activation)](F.linear(input, weight, bias))
+    into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits. Traced by
+    torch.compile, the GEMM takes the Inductor choice stored for its problem, where one is (compiled_gemm)."""
+    product = compiled_gemm.linear(input, weight, bias) if torch.compiler.is_compiling() else None
+    if product is None:
+        product = F.linear(input, weight, bias)
+    y = TORCH_ACTIVATIONS[_check_activation(activation)](product)
     return y if residual is None else y + residual
 
 

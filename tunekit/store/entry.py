@@ -80,6 +80,12 @@ UNDER_COMPILE = "under_compile"
 # problems (decided together), noise (the control's spread), and ms_<serving> (ms per step run of those calls).
 # What `show`, `explain` and `in-step` print beside the tuner's time (`in_step_record` reads them back).
 IN_STEP = "in_step_"
+# provenance: what a torch.compile graph runs for the problem's GEMM (tunekit.runtime.compiled_gemm), decided inside
+# the compiled step (tunekit.evaluation.compiled_step), as flat fields under this prefix: kept ("choice": Inductor's
+# candidate `choice`, or "torch": torch's GEMM, the default mode's), choice (the candidate as canonical JSON: its
+# template's uid and parameters; it can only select among the candidates Inductor itself offers), step, noise (the
+# control's spread), and ms_<serving> (ms per step run of the problem's GEMMs under "choice" and "torch").
+COMPILED = "compiled_"
 BAD_STATUSES = ("wrong", "failed")
 
 
@@ -102,6 +108,25 @@ def in_step_record(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
     if not ms:
         return None
     return {**{k: v for k, v in fields.items() if not k.startswith("ms_")}, "ms": ms}
+
+
+def with_compiled(entry: Entry, record: Mapping[str, Any]) -> Entry:
+    """`entry` holding `record` (kept, choice, step, noise, ms: {serving: ms}) as its compiled fields, any earlier
+    ones replaced."""
+    provenance = {k: v for k, v in entry.provenance.items() if not k.startswith(COMPILED)}
+    for name, value in record.items():
+        if name == "ms":
+            provenance.update({f"{COMPILED}ms_{serving}": round(float(ms), 6) for serving, ms in value.items()})
+        else:
+            provenance[COMPILED + name] = value
+    return replace(entry, provenance=provenance)
+
+
+def compiled_choice(entry: Entry) -> str | None:
+    """The Inductor choice a compiled graph runs for the entry's GEMM, where the compiled step kept one."""
+    choice = entry.provenance.get(COMPILED + "choice")
+    kept = entry.provenance.get(COMPILED + "kept")
+    return choice if kept == "choice" and isinstance(choice, str) and choice else None
 
 
 def config_digest(config: dict[str, Value]) -> str:
@@ -168,6 +193,9 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     newer_in_step = new if in_step_record(new.provenance) is not None else old  # the newer in-step fields, whole
     provenance = {k: v for k, v in provenance.items() if not k.startswith(IN_STEP)}
     provenance.update({k: v for k, v in newer_in_step.provenance.items() if k.startswith(IN_STEP)})
+    newer_compiled = new if any(k.startswith(COMPILED) for k in new.provenance) else old  # the problem's, whole
+    provenance = {k: v for k, v in provenance.items() if not k.startswith(COMPILED)}
+    provenance.update({k: v for k, v in newer_compiled.provenance.items() if k.startswith(COMPILED)})
     same_config = config_id(loser.config) == config_id(winner.config)
     if same_config:
         for kept in (DEMOTED, HELD, MODEL_VERIFIED):  # marks of this very config or problem, from either side

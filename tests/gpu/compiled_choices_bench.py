@@ -1,0 +1,185 @@
+"""tunekit under torch.compile with the GEMM choices decided in the compiled step (tunekit.runtime.compiled_gemm,
+tunekit.evaluation.compiled_step) against compile's default mode, max-autotune and reduce-overhead.
+
+A model (2 decoder layers, bf16, random weights): a family at its 7B widths (model_transfer.py's, not a pack's
+model) or a pack's model. Per step, each variant is its own compiled copy with static shapes and cold Inductor
+caches, so first-call times compare:
+  eager; compile (default mode); compile (control: the default mode again, the noise of a ratio);
+  max-autotune (mode="max-autotune-no-cudagraphs"); reduce-overhead (decode only);
+  tunekit (out of the box): tunekit.patch, then the default mode, with what the store holds (a pack's verdicts);
+then `decide_compiled` on a patched copy (Inductor's search per GEMM, decided in the compiled step, stored), and
+  tunekit (tuned): a new patched copy compiled in the default mode, the verdicts served from the store.
+Each phase's variants are timed in alternation (median of per-round ratios vs compile's default mode).
+
+    python tests/gpu/compiled_choices_bench.py --model llama --steps decode,prefill [--rounds 5]
+
+Prints the table last; JSON under $OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from model_transfer import SIZES, WIDTHS, held_out, steps
+
+from tunekit.evaluation.compiled_step import decide_compiled
+from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.integrations.patching import patch
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+# Distinct (default-valued) options per compiled variant: equal options would share Dynamo's cache entries
+# across copies of one model class.
+OPTIONS = {
+    "compile": None,
+    "compile (control)": {"max_autotune_gemm": False},
+    "tunekit (out of the box)": {"epilogue_fusion": True},
+    "tunekit (tuned)": {"pattern_matcher": True},
+}
+
+
+def build(name: str) -> tuple[torch.nn.Module, dict[str, Any], int]:
+    if name in WIDTHS:
+        base, ids = held_out(name)
+        return base, steps(ids), WIDTHS[name][1]
+    from model_packs import steps_for
+
+    from tunekit.evaluation.model_packs import PACK_MODELS, build_pack_model
+
+    vocab = PACK_MODELS[name].widths["vocab_size"]
+    return build_pack_model(name, "cuda", layers=2), steps_for(vocab), vocab
+
+
+def compiled(base: torch.nn.Module, variant: str) -> torch.nn.Module:
+    model = copy.deepcopy(base)
+    if variant.startswith("tunekit"):
+        patch(model)
+    if variant == "max-autotune":
+        return torch.compile(model, mode="max-autotune-no-cudagraphs")
+    if variant == "reduce-overhead":
+        return torch.compile(model, mode="reduce-overhead")
+    return torch.compile(model, options=OPTIONS[variant])
+
+
+def first_call(model: torch.nn.Module, step: Any) -> float:
+    t0 = time.perf_counter()
+    step(model)
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def alternate(models: dict[str, torch.nn.Module], step: Any, rounds: int) -> dict[str, dict[str, float]]:
+    calls = {}
+    for variant, model in models.items():
+
+        def call(model: torch.nn.Module = model) -> None:
+            step(model)
+            model.zero_grad(set_to_none=True)
+
+        calls[variant] = (call, nullcontext)
+    times = _Alternation(default_timer(next(iter(models.values()))), rounds, reps=5, warmup=3).run(calls)
+    return {
+        v: {
+            "ms": statistics.median(times[v]),
+            "vs_compile": statistics.median(c / t for c, t in zip(times["compile"], times[v])),
+            "vs_eager": statistics.median(e / t for e, t in zip(times["eager"], times[v])) if "eager" in times else 0,
+        }
+        for v in models
+    }
+
+
+def logits_diff(base: torch.nn.Module, model: torch.nn.Module, vocab: int) -> float:
+    ids = torch.randint(0, vocab, SIZES["prefill"], generator=torch.Generator().manual_seed(3)).cuda()
+    with torch.no_grad():
+        return float(
+            (model(ids, use_cache=False).logits.float() - base(ids, use_cache=False).logits.float()).abs().max()
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="llama")
+    parser.add_argument("--steps", default="decode,prefill")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-max-autotune", action="store_true")
+    opts = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 1024
+    torch._dynamo.config.automatic_dynamic_shapes = False  # each step compiles for its own static shapes
+    torch._inductor.config.force_disable_caches = True  # cold compiles: first calls compare
+    base, step_fns, vocab = build(opts.model)
+    names = opts.steps.split(",")
+    result: dict[str, Any] = {"model": opts.model, "device": torch.cuda.get_device_name(), "steps": {}}
+    for name in names:
+        step, train = step_fns[name], name == "train"
+        base.train(train)
+        variants = ["compile", "compile (control)", "tunekit (out of the box)"]
+        if not opts.no_max_autotune:
+            variants.append("max-autotune")
+        if name == "decode":
+            variants.append("reduce-overhead")
+        models: dict[str, torch.nn.Module] = {"eager": base}
+        first: dict[str, float] = {}
+        for variant in variants:
+            models[variant] = compiled(base, variant)
+            models[variant].train(train)
+            first[variant] = first_call(models[variant], step)
+            print(f"{name} {variant}: first call {first[variant]:.1f} s", flush=True)
+        before = alternate(models, step, opts.rounds)
+
+        tuned_model = copy.deepcopy(base)
+        patch(tuned_model)
+        t0 = time.perf_counter()
+        report = decide_compiled(tuned_model, {name: step})
+        decide_s = time.perf_counter() - t0
+        print(report.table(), flush=True)
+        del tuned_model
+        tuned = compiled(base, "tunekit (tuned)")
+        tuned.train(train)
+        first["tunekit (tuned)"] = first_call(tuned, step)
+        print(f"{name} tunekit (tuned): first call {first['tunekit (tuned)']:.1f} s", flush=True)
+        after_models = {"eager": base, "compile": models["compile"], "tunekit (tuned)": tuned}
+        if "max-autotune" in models:
+            after_models["max-autotune"] = models["max-autotune"]
+        after = alternate(after_models, step, opts.rounds)
+        row = {
+            "before": before, "after": after, "first_call_s": first, "decide_s": decide_s,
+            "decide": report.table(), "kept": len(report.kept), "searched": len(report.searched),
+            "guarantee": report.steps,
+        }  # fmt: skip
+        if name == "prefill":
+            row["logits_max_diff"] = {v: logits_diff(base, models[v], vocab) for v in ("compile",)}
+            row["logits_max_diff"]["tunekit (tuned)"] = logits_diff(base, tuned, vocab)
+        result["steps"][name] = row
+        (OUT / f"compiled_choices_{opts.model}.json").write_text(json.dumps(result, indent=1, default=str))
+        for m in (*models.values(), tuned):
+            m.zero_grad(set_to_none=True)
+        del models, tuned, after_models
+        torch.cuda.empty_cache()
+
+    print(f"\n{opts.model} on {result['device']}: vs compile's default mode in the same alternation; first call s")
+    print(f"{'step':8} {'variant':26} {'ms':>8} {'vs compile':>11} {'vs eager':>9} {'1st call s':>11}")
+    for name, row in result["steps"].items():
+        for phase in ("before", "after"):
+            for variant, r in row[phase].items():
+                again = phase == "after" and variant != "tunekit (tuned)"
+                label = f"{variant} (2nd)" if again else variant
+                first_s = row["first_call_s"].get(variant)
+                shown = "" if first_s is None or again else f"{first_s:.1f}"
+                speed = f"{r['ms']:8.3f} {r['vs_compile']:11.3f} {r['vs_eager']:9.3f}"
+                print(f"{name:8} {label:26} {speed} {shown:>11}")
+        print(f"{name:8} decide_compiled {row['decide_s']:.1f} s, {row['kept']} of {row['searched']} kept")
+
+
+if __name__ == "__main__":
+    main()
