@@ -79,6 +79,12 @@ def search_choice() -> str:
     return f"{SEARCH}:{time.time_ns()}"
 
 
+def _searched_problem(choice: str) -> str | None:
+    """The problem a searching choice names (the trace adds it: the lowering's inputs may not be laid out yet)."""
+    _, _, problem = choice.partition("|")
+    return problem or None
+
+
 def _decoded(choice: str) -> tuple[str, dict[str, object]] | None:
     if searching(choice) or len(choice) > _MAX_CHOICE_CHARS:
         return None
@@ -146,6 +152,8 @@ def _traced_choice(m: int, n: int, k: int, dtype: str, a_layout: str, b_layout: 
     choice = choice_of(problem)
     if choice:
         _register_lowering()
+    if searching(choice):
+        choice += "|" + without_bias(problem)
     return choice
 
 
@@ -316,7 +324,7 @@ def _lower(a: Any, b: Any, choice: str) -> Any:
     from torch._inductor import config
     from torch._inductor.kernel.mm import tuned_mm
 
-    problem = _lowered_problem(a, b)
+    problem = _searched_problem(choice) if searching(choice) else None
     # Templates only through the choices this module narrows (no CPU, CUTLASS or CK GEMM templates beside them).
     patches: dict[str, object] = {
         "max_autotune_gemm": True,
@@ -331,25 +339,6 @@ def _lower(a: Any, b: Any, choice: str) -> Any:
             patches["autotune_local_cache"] = False  # a cached result would not reach the feedback
     with _lowering(choice, problem if searching(choice) else None), config.patch(patches):
         return tuned_mm(a, b)
-
-
-def _lowered_problem(a: Any, b: Any) -> str | None:
-    """The problem (canonical JSON) of a lowered GEMM's inputs (Inductor's IR nodes), or None."""
-    try:
-        from tunekit.kernels.gemm.problem import make_problem
-
-        (m, k), (_, n) = (int(d) for d in a.get_size()), (int(d) for d in b.get_size())
-        strides = [tuple(int(s) for s in x.get_stride()) for x in (a, b)]
-        dtype = DTYPE_NAMES[a.get_dtype()]
-    except Exception:  # symbolic sizes, an input without a layout: nothing to record
-        return None
-    layouts = []
-    for (rows, cols), stride in zip(((m, k), (k, n)), strides):
-        meta = torch.empty_strided((rows, cols), stride, device="meta")
-        layouts.append(_layout(meta))
-    if None in layouts:
-        return None
-    return _canonical(make_problem(m, n, k, dtype, a_layout=str(layouts[0]), b_layout=str(layouts[1])))
 
 
 # -- overrides: what a tuning run compiles ---------------------------------------------------------------------------
