@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--model", default="llama")
     parser.add_argument("--steps", default="decode,prefill")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no-max-autotune", action="store_true")
+    parser.add_argument("--max-autotune-steps", default="decode,prefill", help="steps timed with max-autotune too")
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.recompile_limit = 64
@@ -124,7 +124,7 @@ def main() -> None:
         step, train = step_fns[name], name == "train"
         base.train(train)
         variants = ["compile", "compile (control)", "tunekit (out of the box)"]
-        if not opts.no_max_autotune:
+        if name in opts.max_autotune_steps.split(","):
             variants.append("max-autotune")
         if name == "decode":
             variants.append("reduce-overhead")
