@@ -24,6 +24,7 @@ time cap continues in the next call on the same machine):
     python tests/gpu/model_packs.py --stages record,tune --cap 520
     python tests/gpu/model_packs.py --stages tune,verify
     python tests/gpu/model_packs.py --stages transfer --models llama-3-8b
+    python tests/gpu/model_packs.py --stages compiled [--compiled-steps decode,prefill]
 
 --shrink K divides every width by K (a CPU dry run in Triton's interpreter: TRITON_INTERPRET=1). Prints a table
 per stage last; JSON under $OUT.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.resources
 import json
 import os
 import re
@@ -394,6 +396,40 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
     return rows
 
 
+def compiled(models: list[str], step_names: list[str]) -> dict[str, Any]:
+    """Each pack's GEMM choices under torch.compile, decided in its compiled steps (tunekit.evaluation.
+    compiled_step) with the pack serving: the pack's entries of the decided problems get the verdicts, and each
+    pack is written whole to $OUT/packs/ (merge it with `--stages merge --from`)."""
+    from tunekit.evaluation.compiled_step import decide_compiled
+    from tunekit.evaluation.model_workflow import serving_from
+    from tunekit.integrations.patching import patch
+    from tunekit.store.entry import COMPILED
+
+    (OUT / "packs").mkdir(parents=True, exist_ok=True)
+    installed = Path(str(importlib.resources.files("tunekit.shipped"))) / "packs"
+    rows = {}
+    for name in models:
+        t0 = time.perf_counter()
+        vocab = PACK_MODELS[name].widths["vocab_size"]
+        step_fns = steps_for(vocab)
+        with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
+            model = build_pack_model(name, DEVICE, layers=2)
+            patch(model)
+            model.train(False)
+            report = decide_compiled(model, {s: step_fns[s] for s in step_names})
+            with Store() as store:
+                decided = {e.key: e for e in store.entries() if any(k.startswith(COMPILED) for k in e.provenance)}
+        entries = read_document(installed / f"{name}.json")
+        write_document(OUT / "packs" / f"{name}.json", [decided.get(e.key, e) for e in entries])
+        rows[name] = {"searched": len(report.searched), "kept": len(report.kept), "stored": len(decided),
+                      "steps": report.steps, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        print(report.table(), flush=True)
+        print(f"compiled {name}: {json.dumps(rows[name])}", flush=True)
+        model = None
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+    return rows
+
+
 def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
     from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant
     from tunekit.evaluation.model_workflow import serving_from
@@ -472,6 +508,7 @@ def main() -> None:
     parser.add_argument("--from", dest="source", type=Path, default=None, help="the merge stage's pack files")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tag", default="one")
+    parser.add_argument("--compiled-steps", default="decode", help="the compiled stage's steps")
     parser.add_argument("--shrink", type=int, default=1)
     parser.add_argument("--phases-of", type=Path, default=None, help="only print a tune log's seconds per phase")
     opts = parser.parse_args()
@@ -500,6 +537,8 @@ def main() -> None:
             result[stage] = compare(work, opts.against)
         elif stage == "reverify":
             result[stage] = reverify(models, opts.rounds)
+        elif stage == "compiled":
+            result[stage] = compiled(models, opts.compiled_steps.split(","))
         elif stage == "transfer":
             result[stage] = transfer(models, opts.trials, opts.rounds)
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -117,24 +118,36 @@ def signature_of(problem: Mapping[str, object]) -> Signature:
     return tuple(sorted((m, k))), tuple(sorted((k, n)))
 
 
-def launch_signature(name: str, shapes: tuple[tuple[int, ...], ...]) -> Signature | None:
-    """The signature of a profiled GEMM op (aten::mm, aten::addmm, an Inductor template kernel), else None."""
-    if name == "aten::mm":
-        pair = shapes[0:2]
-    elif name == "aten::addmm":
-        pair = shapes[1:3]
-    elif name.startswith(TEMPLATE_KERNEL):
-        pair = tuple(s for s in shapes if len(s) == 2)[:2]
-    else:
-        return None
-    if len(pair) != 2 or any(len(s) != 2 for s in pair):
-        return None
-    return tuple(sorted(pair[0])), tuple(sorted(pair[1]))
+def _matrix(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A buffer's shape as the matrix a GEMM reads of it (leading dims folded: the model's [batch, seq, hidden]
+    hidden states are the [tokens, hidden] operand), sorted."""
+    return tuple(sorted((math.prod(shape[:-1]), shape[-1])))
 
 
-def gemm_times(events: Iterable[TraceEvent], runs: int) -> dict[Signature, tuple[float, int]]:
-    """Per GEMM signature: (GPU ms per run, launches per run) over a profile of `runs` step runs. A launch is
-    charged its kernels: those of the runtime calls inside its op's window (host ms where there are none)."""
+def launch_signature(
+    name: str, shapes: tuple[tuple[int, ...], ...], wanted: Iterable[Signature] = ()
+) -> Signature | None:
+    """The signature of a profiled GEMM op: aten::mm or aten::addmm by its operands; an Inductor template kernel
+    (whose arguments are the buffers it reads, prologue and epilogue inputs among them) as the first of `wanted`
+    whose two operands are among its arguments. None for any other op."""
+    if name in ("aten::mm", "aten::addmm"):
+        pair = shapes[0:2] if name == "aten::mm" else shapes[1:3]
+        if len(pair) != 2 or any(len(s) != 2 for s in pair):
+            return None
+        return tuple(sorted(pair[0])), tuple(sorted(pair[1]))
+    if name.startswith(TEMPLATE_KERNEL):
+        matrices = {_matrix(s) for s in shapes if len(s) >= 2}
+        return next((w for w in wanted if w[0] in matrices and w[1] in matrices), None)
+    return None
+
+
+def gemm_times(
+    events: Iterable[TraceEvent], runs: int, wanted: Iterable[Signature] = ()
+) -> dict[Signature, tuple[float, int]]:
+    """Per GEMM signature: (GPU ms per run, launches per run) over a profile of `runs` step runs (template kernels
+    matched to `wanted`). A launch is charged its kernels: those of the runtime calls inside its op's window (host
+    ms where there are none)."""
+    wanted = list(wanted)
     device_ns: dict[int, int] = {}
     host: list[TraceEvent] = []
     for e in events:
@@ -143,19 +156,20 @@ def gemm_times(events: Iterable[TraceEvent], runs: int) -> dict[Signature, tuple
                 device_ns[e.correlation] = device_ns.get(e.correlation, 0) + e.end_ns - e.start_ns
         else:
             host.append(e)
-    launches = sorted((e.thread, e.start_ns, device_ns[e.correlation]) for e in host if e.correlation in device_ns
-                      and API_CALL.match(e.name))  # fmt: skip
+    launches = sorted(
+        (e.thread, e.start_ns, device_ns[e.correlation])
+        for e in host
+        if e.correlation in device_ns and API_CALL.match(e.name)
+    )
     starts = [(thread, start) for thread, start, _ in launches]
     totals: dict[Signature, list[float]] = {}
     for e in host:
-        signature = launch_signature(e.name, e.shapes)
+        signature = launch_signature(e.name, e.shapes, wanted)
         if signature is None:
             continue
         if device_ns:
-            lo, hi = (
-                bisect.bisect_left(starts, (e.thread, e.start_ns)),
-                bisect.bisect_right(starts, (e.thread, e.end_ns)),
-            )
+            lo = bisect.bisect_left(starts, (e.thread, e.start_ns))
+            hi = bisect.bisect_right(starts, (e.thread, e.end_ns))
             ns = sum(launches[i][2] for i in range(lo, hi))
         else:
             ns = e.end_ns - e.start_ns
@@ -165,7 +179,9 @@ def gemm_times(events: Iterable[TraceEvent], runs: int) -> dict[Signature, tuple
     return {s: (ms / runs, round(count / runs)) for s, (ms, count) in totals.items()}
 
 
-def _profiled(call: Callable[[], Any], runs: int, warmup: int) -> dict[Signature, tuple[float, int]]:
+def _profiled(
+    call: Callable[[], Any], runs: int, warmup: int, wanted: list[Signature]
+) -> dict[Signature, tuple[float, int]]:
     for _ in range(warmup):
         call()
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -178,7 +194,7 @@ def _profiled(call: Callable[[], Any], runs: int, warmup: int) -> dict[Signature
             call()
         if cuda:
             torch.cuda.synchronize()
-    return gemm_times(trace_events(profile, shapes=True), runs)
+    return gemm_times(trace_events(profile, shapes=True), runs, wanted)
 
 
 def _group_verdict(
@@ -285,7 +301,7 @@ def _decide(
         for block in range(blocks):
             for serving in order[block % len(order) :] + order[: block % len(order)]:
                 with servings[serving].active():
-                    timed[serving].append(_profiled(call, runs, warmup))
+                    timed[serving].append(_profiled(call, runs, warmup, list(by_signature)))
         for signature, problems in by_signature.items():
             if not any(block.get(signature, (0.0, 0))[1] for serving in timed for block in timed[serving]):
                 continue  # (another step's GEMMs)

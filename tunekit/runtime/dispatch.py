@@ -30,7 +30,7 @@ from tunekit.core.registry import get_spec
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import KernelSpec, ProblemKey
 from tunekit.launch import watch as launch_watch
-from tunekit.runtime import buckets, compile_policy, hotpath, recorder, version_policy
+from tunekit.runtime import buckets, compile_policy, compiled_gemm, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
 from tunekit.store.entry import HELD, Entry, demotion, model_verified
@@ -368,4 +368,5 @@ def reset_all() -> None:
     for d in _DISPATCHERS.values():
         d.clear()
     hotpath.forget_plans()
+    compiled_gemm.forget()
     database.shipped_entries.cache_clear()
