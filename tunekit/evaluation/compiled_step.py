@@ -128,16 +128,21 @@ def launch_signature(
     name: str, shapes: tuple[tuple[int, ...], ...], wanted: Iterable[Signature] = ()
 ) -> Signature | None:
     """The signature of a profiled GEMM op: aten::mm or aten::addmm by its operands; an Inductor template kernel
-    (whose arguments are the buffers it reads, prologue and epilogue inputs among them) as the first of `wanted`
-    whose two operands are among its arguments. None for any other op."""
+    (whose arguments are the buffers it reads, A or the inputs of a prologue fused into it first, epilogue inputs
+    after) as the first of `wanted` whose A is its first matrix argument and whose B is another. (A gated MLP's
+    up projection and its down projection read matrices of the same shapes: only the first argument tells them
+    apart.) None for any other op."""
     if name in ("aten::mm", "aten::addmm"):
         pair = shapes[0:2] if name == "aten::mm" else shapes[1:3]
         if len(pair) != 2 or any(len(s) != 2 for s in pair):
             return None
         return tuple(sorted(pair[0])), tuple(sorted(pair[1]))
     if name.startswith(TEMPLATE_KERNEL):
-        matrices = {_matrix(s) for s in shapes if len(s) >= 2}
-        return next((w for w in wanted if w[0] in matrices and w[1] in matrices), None)
+        matrices = [_matrix(s) for s in shapes if len(s) >= 2]
+        if not matrices:
+            return None
+        first, rest = matrices[0], set(matrices[1:])
+        return next((w for w in wanted if w[0] == first and w[1] in rest), None)
     return None
 
 
