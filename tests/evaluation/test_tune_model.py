@@ -142,6 +142,30 @@ def test_a_step_with_an_output_is_compared_with_eager() -> None:
     assert "prefill output vs eager: relative error" in report.table()
 
 
+def test_compiled_decides_the_compiled_steps_after_the_eager_ones(monkeypatch) -> None:
+    """compiled=True hands the patched model and its steps to the compiled steps' decision (tunekit.evaluation.
+    compiled_step, tested on its own), whose report joins tune_model's."""
+    from tunekit.evaluation import tune_model as module
+    from tunekit.evaluation.compiled_step import CompiledReport
+
+    model = _model()
+    x = torch.randn(24, 32)
+    seen: list[tuple] = []
+
+    def decide(m: torch.nn.Module, steps: dict, **options: object) -> CompiledReport:
+        seen.append((m, list(steps), options["floor"]))
+        return CompiledReport(searched={"p": "c"}, kept={"p": "c"}, stored=1)
+
+    monkeypatch.setattr(module, "decide_compiled", decide)
+    report = tune_model(model, {"prefill": lambda m: m(x)}, timer=lambda call, reps: (call(), 10.0)[1],
+                        tune=_plant({}), rounds=2, reps=1, in_step=False, compiled=True, floor=0.01)  # fmt: skip
+    assert seen == [(model, ["prefill"], 0.01)]
+    assert report.compiled is not None and "compiled GEMMs: 1 searched, 1 kept (1 stored)" in report.table()
+    off = tune_model(_model(), {"prefill": lambda m: m(x)}, timer=lambda call, reps: (call(), 10.0)[1],
+                     tune=_plant({}), rounds=2, reps=1, in_step=False)  # fmt: skip
+    assert off.compiled is None and len(seen) == 1
+
+
 def test_each_step_records_its_problems_and_what_it_was_served_before() -> None:
     """Two steps of different token counts: each step's problems are its own, and "before" (what the verification
     serves as before) holds both steps' problems, so tuning the first step's problems counts as a change."""

@@ -151,6 +151,26 @@ def in_step_text(entry: Entry) -> str | None:
     )
 
 
+def compiled_text(entry: Entry) -> str | None:
+    """What a torch.compile graph runs for the entry's GEMM, as decided in a compiled step
+    (tunekit.evaluation.compiled_step), or None."""
+    from tunekit.store.entry import COMPILED
+
+    fields = {k[len(COMPILED) :]: v for k, v in entry.provenance.items() if k.startswith(COMPILED)}
+    if "kept" not in fields:
+        return None
+    kept = "Inductor's candidate " + printable(str(fields.get("choice", "?"))) if fields["kept"] == "choice" else ""
+    times = ", ".join(
+        f"{printable(name[len('ms_'):])} {ms:.4f}"
+        for name, ms in fields.items()
+        if name.startswith("ms_") and isinstance(ms, (int, float))
+    )
+    return (
+        f"compiled ({printable(str(fields.get('step', '?')))}): {kept or 'torch' + chr(39) + 's GEMM'}"
+        + (f"; ms per step run: {times}" if times else "")
+    )
+
+
 def device_json(fp: DeviceFingerprint) -> dict[str, Any]:
     return {"label": fp.label, "key": fp.key, "interpreter": fp.is_interpreter, **fp.to_json()}
 
@@ -195,12 +215,14 @@ class ShownEntry:
         torch_ms = torch_time(e.provenance)
         torch_text = f" (torch {torch_ms:.4f} ms)" if torch_ms is not None else ""
         in_step = in_step_text(e)
+        compiled = compiled_text(e)
         return [
             f"{e.key.kernel} {problem_text(self.spec, dict(e.key.problem))}",
             f"  {self.origin} · {self.device_text()} · {e.time_ms:.4f} ms{torch_text} · {len(e.trials)} trials · "
             f"served here by {self.served_by}" + self._stale(),
             f"  config {config_text(self.spec, e.config)}",
             *([f"  {in_step}"] if in_step else []),
+            *([f"  {compiled}"] if compiled else []),
         ]
 
     def to_json(self) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
+from tunekit.evaluation.compiled_step import CompiledReport, decide_compiled
 from tunekit.evaluation.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
 from tunekit.integrations.patching import patch
 from tunekit.runtime.attribution import Problem  # (kernel, the op's problem key)
@@ -122,6 +123,7 @@ class ModelTuneReport:
     undone: list[UndoneStep] = field(default_factory=list)  # steps whose changes were all served as before
     accuracy: list[StepAccuracy] = field(default_factory=list)  # steps with an output to compare, vs eager
     in_step: list[InStepDecision] = field(default_factory=list)  # what each group of a step's calls kept, and why
+    compiled: CompiledReport | None = None  # the GEMM choices decided in the compiled steps (compiled=True)
     record_s: float = 0.0
     tune_s: float = 0.0
     verify_s: float = 0.0
@@ -152,6 +154,8 @@ class ModelTuneReport:
             f"problem{'s' if u.problems != 1 else ''} served as before"
             for u in self.undone
         ]
+        if self.compiled is not None:
+            lines.append(self.compiled.table())
         return "\n".join(lines)
 
 
@@ -482,6 +486,7 @@ def tune_model(
     guarantee: float = 0.01,
     in_step: bool = True,
     floor: float = 0.005,
+    compiled: bool = False,
     timer: StepTimer | None = None,
     tune: Callable[..., None] = _tune,
 ) -> ModelTuneReport:
@@ -490,7 +495,10 @@ def tune_model(
     is a cause when serving it as before speeds the step up by more than `tolerance`. A step still slower than
     before by more than `guarantee` after that has all its changed problems served as before. Each step is also reported
     against `eager`, an unpatched model with the same weights: by default (`compare_eager`) a copy of `model` made
-    before patching it (twice its memory). `budget_s` bounds the tuning's wall time (`tune --budget`)."""
+    before patching it (twice its memory). `budget_s` bounds the tuning's wall time (`tune --budget`). With
+    `compiled`, the steps then run under torch.compile too, and each GEMM problem's choice inside a compiled graph
+    is decided in the compiled steps and stored (tunekit.evaluation.compiled_step): Inductor's search runs once
+    here, not at each compile."""
     report = ModelTuneReport()
     if eager is None and compare_eager:
         eager = copy.deepcopy(model)
@@ -534,6 +542,8 @@ def tune_model(
     if eager is not None:
         report.accuracy = _accuracy(model, eager, steps)
     report.verify_s = time.perf_counter() - clock
+    if compiled:
+        report.compiled = decide_compiled(model, steps, floor=floor, timer=timer)
     return report
 
 
