@@ -76,10 +76,10 @@ def test_an_override_replaces_the_store_and_each_has_its_own_epoch(monkeypatch) 
         assert compiled_gemm.choice_of(PROBLEM) == TILE
         with second.active():
             assert compiled_gemm.choice_of(PROBLEM) == ""
-        assert compiled_gemm.EPOCH == first.epoch
-    assert compiled_gemm.EPOCH == before
+        assert first.epoch == compiled_gemm.EPOCH
+    assert before == compiled_gemm.EPOCH
     compiled_gemm.forget()  # the store's verdicts changed: the store's epoch moves, so compiled graphs retrace
-    assert compiled_gemm.EPOCH == before - 1
+    assert before - 1 == compiled_gemm.EPOCH
     monkeypatch.setattr(compile_policy, "FORCED", frozenset())  # TUNEKIT_COMPILE_OPS=none: nothing at all
     with first.active():
         assert compiled_gemm.choice_of(PROBLEM) == ""
