@@ -161,13 +161,12 @@ def compiled_text(entry: Entry) -> str | None:
         return None
     kept = "Inductor's candidate " + printable(str(fields.get("choice", "?"))) if fields["kept"] == "choice" else ""
     times = ", ".join(
-        f"{printable(name[len('ms_'):])} {ms:.4f}"
+        f"{printable(name[len('ms_') :])} {ms:.4f}"
         for name, ms in fields.items()
         if name.startswith("ms_") and isinstance(ms, (int, float))
     )
-    return (
-        f"compiled ({printable(str(fields.get('step', '?')))}): {kept or 'torch' + chr(39) + 's GEMM'}"
-        + (f"; ms per step run: {times}" if times else "")
+    return f"compiled ({printable(str(fields.get('step', '?')))}): {kept or 'torch' + chr(39) + 's GEMM'}" + (
+        f"; ms per step run: {times}" if times else ""
     )
 
 
