@@ -5,6 +5,7 @@ be priced, and the verdicts written into the problems' entries and served by the
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -108,6 +109,23 @@ def test_a_verdict_says_what_it_kept() -> None:
     choice = compiled_gemm.identify("triton::mm", {"BLOCK_M": 16, "BLOCK_N": 64})
     line = CompiledVerdict("decode", (problem,), choice, {BEFORE: 0.2, TUNED: 0.18}, 0.9, 0.01, True).line()
     assert "8x18944x3584 row/col" in line and "triton::mm BLOCK_M=16 BLOCK_N=64" in line and line.endswith("kept")
+
+
+def test_a_step_whose_output_moves_with_the_choices_keeps_none() -> None:
+    torchs, tuned = compiled_gemm.Override(lambda p: ""), compiled_gemm.Override(lambda p: "c")
+    logits = torch.randn(4, 50)
+
+    def step_with(shift: float):
+        def call() -> Any:  # the step's output under whichever override is active
+            moved = tuned.epoch == compiled_gemm.EPOCH
+            return SimpleNamespace(logits=logits + (shift if moved else 0.0))
+
+        return call
+
+    assert compiled_step._outputs_differ(step_with(0.0), torchs, tuned) == ""
+    assert compiled_step._outputs_differ(step_with(0.001), torchs, tuned) == ""  # rounding
+    assert "off torch's" in compiled_step._outputs_differ(step_with(1.0), torchs, tuned)
+    assert compiled_step._outputs_differ(lambda: None, torchs, tuned) == ""  # a training step: no output
 
 
 NO_COMPILER = shutil.which("c++") is None and shutil.which("g++") is None

@@ -3,16 +3,17 @@
     report = decide_compiled(model, {"decode": decode, "train": train_step})   # model patched (tunekit.patch)
 
 1. Search: every step runs once through `torch.compile(model)` with each GEMM searched (compiled_gemm.SEARCH):
-   Inductor times its own candidates for the problem, as max-autotune would, and the winner is recorded. Only
-   candidates whose kernel is the GEMM's own launch (torch's GEMM, Inductor's Triton templates) are offered, so
-   the profile can charge each to its problem; the split-K decomposition (a batched GEMM and a reduction) is not.
+   Inductor times its own candidates for the problem, as max-autotune would, and the winner is recorded. Only a
+   winner whose kernel is the GEMM's own launch (an Inductor Triton template) goes on, so the profile can charge it
+   to its problem; a split-K decomposition (a batched GEMM and a reduction) does not.
 2. In the step: each step runs compiled with torch's GEMMs (compile alone's graph, BEFORE), with the winners
    (TUNED), and with the winners again (CONTROL), in rotated blocks, profiled with input shapes. Every GEMM launch
    (aten::mm or addmm, an Inductor template kernel) is charged the GPU time of its kernels and matched to its
-   problem by its operands' shapes; problems that no shape tells apart (a projection and its input gradient of the
+   problem by the buffers it reads; problems that no shape tells apart (a projection and its input gradient of the
    same square shape) are decided together. A group keeps its winner only where its GEMM time per step beats
    BEFORE's by more than the control's spread and `floor` (tunekit.evaluation.in_step.decide), and where it ran
-   as many GEMMs under both (else it is not priced, and keeps torch's).
+   as many GEMMs under both (else it is not priced, and keeps torch's). A step whose output (logits) with the
+   winners is more than MAX_REL_ERR off its output with torch's GEMMs keeps none of them.
 3. The guarantee: each step is timed compiled with the kept choices and with torch's, in alternation; a step slower
    by more than `tolerance` (median of per-round ratios) drops every choice it runs.
 4. Every decided problem's entry gets the verdict (tunekit.store.entry.with_compiled): a compiled graph then runs
@@ -46,6 +47,9 @@ Step = Callable[[torch.nn.Module], Any]
 Signature = tuple[tuple[int, ...], tuple[int, ...]]  # a GEMM's operand shapes, each sorted: (A's, B's)
 TEMPLATE_KERNEL = "triton_tem_"  # Inductor's name prefix of a template's kernel (its launch is profiled by name)
 OWN_LAUNCH_UIDS = ("aten::", "triton::")  # candidates whose kernel is the GEMM's own launch
+# A step's output with the winners against its output with torch's GEMMs: another summation order moves bf16 logits
+# by about 1% in norm; a wrong GEMM by order 1.
+MAX_REL_ERR = 0.05
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class CompiledReport:
     verdicts: list[CompiledVerdict] = field(default_factory=list)
     steps: dict[str, float] = field(default_factory=dict)  # compiled step: compile alone's ms / with the kept choices
     dropped: dict[str, int] = field(default_factory=dict)  # step -> choices the guarantee dropped
+    refused: dict[str, str] = field(default_factory=dict)  # step -> why its output refused every choice it runs
     kept: dict[str, str] = field(default_factory=dict)  # problem -> the choice stored as kept
     stored: int = 0
     search_s: float = 0.0
@@ -86,6 +91,7 @@ class CompiledReport:
     def table(self) -> str:
         lines = [f"compiled GEMMs: {len(self.searched)} searched, {len(self.kept)} kept ({self.stored} stored)"]
         lines += ["  " + v.line() for v in self.verdicts]
+        lines += [f"  {step}: every choice refused: {why}" for step, why in self.refused.items()]
         for step, speed in self.steps.items():
             dropped = f", {self.dropped[step]} choices dropped" if self.dropped.get(step) else ""
             lines.append(f"  {step} compiled: {speed:.3f}x compile alone with the kept choices{dropped}")
@@ -219,6 +225,24 @@ def _group_verdict(
     return CompiledVerdict(step, tuple(problems), choice, ms, ratios.get(TUNED, 1.0), noise, chosen == TUNED)
 
 
+def _outputs_differ(call: Callable[[], Any], torchs: Override, tuned: Override) -> str:
+    """Why the step's output with the winners is not the output with torch's GEMMs (relative error past
+    MAX_REL_ERR, in norm), or "" (also for a step with no output to compare: a training step)."""
+    from tunekit.evaluation.tune_model import _output_tensor
+
+    outputs = []
+    for override in (torchs, tuned):
+        with override.active():
+            out = _output_tensor(call())
+        outputs.append(None if out is None else out.detach().float())
+    want, got = outputs
+    if want is None or got is None or want.shape != got.shape or want.numel() == 0:
+        return ""
+    scale = float(want.norm())
+    err = float((got - want).norm()) / scale if scale > 0 else float((got - want).norm())
+    return f"its output with the choices is {err:.3g} off torch's (relative, in norm)" if err > MAX_REL_ERR else ""
+
+
 def _call_of(model: torch.nn.Module, step: Step) -> Callable[[], Any]:
     def call() -> Any:
         out = step(model)
@@ -307,9 +331,15 @@ def _decide(
             for serving in order[block % len(order) :] + order[: block % len(order)]:
                 with servings[serving].active():
                     timed[serving].append(_profiled(call, runs, warmup, list(by_signature)))
+        refused = _outputs_differ(call, torchs, tuned)
+        if refused:
+            report.refused[name] = refused
         for signature, problems in by_signature.items():
             if not any(block.get(signature, (0.0, 0))[1] for serving in timed for block in timed[serving]):
                 continue  # (another step's GEMMs)
+            if refused:
+                rejected.update(problems)
+                continue
             ran.setdefault(name, set()).update(problems)
             choices = {winners[p] for p in problems}
             if len(choices) > 1:  # decided together, yet searched apart: no one choice to time for the group
