@@ -200,3 +200,24 @@ def test_show_says_what_a_compiled_graph_runs_for_the_problem() -> None:
     kept = compiled_text(entry(PROBLEM, kept="choice", choice=TILE, step="decode", ms={"choice": 0.2, "torch": 0.25}))
     assert kept is not None and kept.startswith("compiled (decode): Inductor's candidate") and "torch 0.2500" in kept
     assert compiled_text(entry(PROBLEM, kept="torch", choice=TILE, step="decode")) == "compiled (decode): torch's GEMM"
+
+
+def test_an_under_compile_record_is_flat_so_a_database_reads_it_back(tmp_path) -> None:
+    """The kernel's and Inductor's times under compile (tunekit.tuning.inductor_candidate) and a model step's
+    verdict go into a database and come back; the nested form an older store holds is still read."""
+    from tunekit.store.entry import UNDER_COMPILE, under_compile_record, with_under_compile
+
+    timed = with_under_compile(entry(PROBLEM), {"kernel_ms": 0.1, "inductor_ms": 0.2})
+    path = tmp_path / "db.json"
+    write_document(path, [timed])
+    [back] = read_document(path)
+    assert under_compile_record(back.provenance) == {"kernel_ms": 0.1, "inductor_ms": 0.2}
+    slower = with_under_compile(back, {**under_compile_record(back.provenance), "model": "slower compiled"})
+    assert merge_entries(timed, slower).provenance["under_compile_model"] == "slower compiled"
+    assert under_compile_record(merge_entries(slower, entry(PROBLEM)).provenance) == under_compile_record(
+        slower.provenance
+    )  # kept from the older side where the newer has none
+    older = Entry(timed.key, timed.config, 0.5, timed.device, {UNDER_COMPILE: {"kernel_ms": 1.0, "inductor_ms": 2.0}})
+    assert under_compile_record(older.provenance) == {"kernel_ms": 1.0, "inductor_ms": 2.0}
+    assert compile_policy.beats_inductor(older)
+    assert UNDER_COMPILE not in merge_entries(older, timed).provenance  # rewritten flat

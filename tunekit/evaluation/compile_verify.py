@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -23,7 +23,7 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.tune_model import StepTimer, _Alternation, _ratio, default_timer
 from tunekit.runtime import compile_policy, dispatch
-from tunekit.store.entry import UNDER_COMPILE, Entry
+from tunekit.store.entry import Entry, under_compile_record, with_under_compile
 from tunekit.store.store import Store
 
 NOISE = 0.01  # a kernel must not cost the step more than this fraction (the control's spread on the H200)
@@ -79,8 +79,11 @@ def _time(model: torch.nn.Module, kernels: frozenset[str], steps: Mapping[str, S
 def _record(store: Store, entries: list[Entry], verdict: Verdict) -> None:
     why = ", ".join(f"{step} {r:.3f}x" for step, r in verdict.ratios.items())
     for entry in entries:
-        record = {**entry.provenance[UNDER_COMPILE], compile_policy.MODEL_VERDICT: f"slower compiled: {why}"}
-        store.put(replace(entry, provenance={**entry.provenance, UNDER_COMPILE: record}))
+        record = {
+            **(under_compile_record(entry.provenance) or {}),
+            compile_policy.MODEL_VERDICT: f"slower compiled: {why}",
+        }
+        store.put(with_under_compile(entry, record))
 
 
 def verify_under_compile(

@@ -6,8 +6,8 @@ at 0.64-0.79x eager for decode and 0.86-0.90x for training under compile (Qwen2-
 H200), where compile alone gave 2.6x and 1.2-1.3x. So under compile a kernel serves a problem only where it was
 measured to beat what Inductor generates for it, both compiled: tunekit/tuning/inductor_candidate.py times the
 entry's kernel as Inductor builds it and torch's op compiled for the problem, and keeps both with the entry
-(`UNDER_COMPILE`). (Inductor's build of a tuned kernel can be slower than Triton's own: 8-10% on Qwen2-7B's prefill
-GEMMs, 2.5x on one with a SiLU epilogue, H200; so the eager time says nothing here.) Where a kernel wins,
+(`under_compile_*` fields). (Inductor's build of a tuned kernel can be slower than Triton's own: 8-10% on Qwen2-7B's
+prefill GEMMs, 2.5x on one with a SiLU epilogue, H200; so the eager time says nothing here.) Where a kernel wins,
 the op is a `torch.library.triton_op` whose launch becomes a Triton-kernel node of the graph (tunekit/launch/
 traced.py): Inductor launches it itself, with no per-call dispatch of tunekit's. Where none wins, the op
 traces as torch's own code, or a patched module's own forward: the graph compile alone builds.
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from tunekit.core import settings
 from tunekit.core.errors import TunekitError
-from tunekit.store.entry import UNDER_COMPILE, Entry
+from tunekit.store.entry import Entry, under_compile_record
 
 ALL = "all"  # TUNEKIT_COMPILE_OPS=all: every op (the op list lives with the ops: tunekit.ops.__all__)
 # A kernel serves under compile only if it beats Inductor's time by more than this fraction (timing noise between
@@ -55,7 +55,7 @@ FORCED: frozenset[str] | None = _from_settings()
 # Kernels whose measured choices count (None: all): what the model-level check (tunekit/evaluation/
 # compile_verify.py) narrows to time one kernel's choices at a time.
 ONLY_KERNELS: frozenset[str] | None = None
-MODEL_VERDICT = "model"  # in an UNDER_COMPILE record: the compiled model step was slower with the kernel
+MODEL_VERDICT = "model"  # in an under-compile record: the compiled model step was slower with the kernel
 
 
 def beats_inductor(entry: Entry | None) -> bool:
@@ -66,8 +66,8 @@ def beats_inductor(entry: Entry | None) -> bool:
         return True
     if entry is None:
         return False
-    record = entry.provenance.get(UNDER_COMPILE)
-    if not isinstance(record, dict) or MODEL_VERDICT in record:
+    record = under_compile_record(entry.provenance)
+    if record is None or MODEL_VERDICT in record:
         return False
     if ONLY_KERNELS is not None and entry.key.kernel not in ONLY_KERNELS:
         return False

@@ -72,8 +72,10 @@ MODEL_VERIFIED = "model_verified"
 IMPORTED = "imported_from"  # provenance: the file an entry was imported from (served after one check here)
 # Set here only, never taken from an imported file: a file claiming them would vouch for itself.
 LOCAL_MARKS = (MODEL_VERIFIED,)
-# provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate): {"kernel_ms": the entry's
-# kernel as Inductor builds it, "inductor_ms": torch's op compiled}; under compile the kernel serves where it wins.
+# provenance: the problem timed under torch.compile (tunekit.tuning.inductor_candidate), as flat fields under this
+# prefix: kernel_ms (the entry's kernel as Inductor builds it), inductor_ms (torch's op compiled), and model (why a
+# compiled model step was slower with it: tunekit.evaluation.compile_verify); under compile the kernel serves where it
+# wins. Written nested under the bare name before (a database refuses that: `under_compile_record` reads both).
 UNDER_COMPILE = "under_compile"
 # provenance: the problem timed inside a model's step (tunekit.evaluation.in_step), as flat fields (a database's
 # provenance holds scalars only) under this prefix: step, kept (the serving kept: before, tuned or torch), calls and
@@ -108,6 +110,31 @@ def in_step_record(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
     if not ms:
         return None
     return {**{k: v for k, v in fields.items() if not k.startswith("ms_")}, "ms": ms}
+
+
+def _is_under_compile(name: str) -> bool:
+    return name == UNDER_COMPILE or name.startswith(UNDER_COMPILE + "_")
+
+
+def under_compile_record(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The problem's times under torch.compile (kernel_ms, inductor_ms, model), or None where it has none."""
+    nested = provenance.get(UNDER_COMPILE)
+    if isinstance(nested, Mapping):
+        return dict(nested)
+    fields = {k[len(UNDER_COMPILE) + 1 :]: v for k, v in provenance.items() if k.startswith(UNDER_COMPILE + "_")}
+    return fields or None
+
+
+def _with_under_compile(provenance: Mapping[str, Any], record: Mapping[str, Any] | None) -> dict[str, Any]:
+    flat = {k: v for k, v in provenance.items() if not _is_under_compile(k)}
+    flat.update({f"{UNDER_COMPILE}_{name}": value for name, value in (record or {}).items()})
+    return flat
+
+
+def with_under_compile(entry: Entry, record: Mapping[str, Any]) -> Entry:
+    """`entry` holding `record` (kernel_ms, inductor_ms, and model where a model step was slower) as its flat
+    under-compile fields, any earlier ones replaced."""
+    return replace(entry, provenance=_with_under_compile(entry.provenance, record))
 
 
 def with_compiled(entry: Entry, record: Mapping[str, Any]) -> Entry:
@@ -186,10 +213,11 @@ def merge_entries(old: Entry, new: Entry) -> Entry:
     if bad(winner) and not bad(loser):
         winner, loser = loser, winner
     provenance = dict(winner.provenance)
-    for kept in (TORCH_MS, UNDER_COMPILE):  # the newer record of each, from either side
-        value = new.provenance.get(kept, old.provenance.get(kept))
-        if value is not None:
-            provenance[kept] = value
+    value = new.provenance.get(TORCH_MS, old.provenance.get(TORCH_MS))  # the newer timing, from either side
+    if value is not None:
+        provenance[TORCH_MS] = value
+    under_compile = under_compile_record(new.provenance) or under_compile_record(old.provenance)
+    provenance = _with_under_compile(provenance, under_compile)  # the newer record, whole
     newer_in_step = new if in_step_record(new.provenance) is not None else old  # the newer in-step fields, whole
     provenance = {k: v for k, v in provenance.items() if not k.startswith(IN_STEP)}
     provenance.update({k: v for k, v in newer_in_step.provenance.items() if k.startswith(IN_STEP)})

@@ -1,5 +1,5 @@
 """A problem timed under torch.compile: the entry's kernel as Inductor builds it, against torch's op for the
-problem compiled (what Inductor generates), both kept with the entry (`UNDER_COMPILE`).
+problem compiled (what Inductor generates), both kept with the entry (`under_compile_*` fields).
 
 Under compile a kernel serves a problem only where it wins this comparison (tunekit/runtime/compile_policy.py).
 Neither eager time says anything there: Inductor fuses a norm's or an epilogue's elementwise work into its own
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 
 import torch
 
@@ -24,7 +23,7 @@ from tunekit.core.space import Config, Problem
 from tunekit.core.spec import Inputs, KernelSpec
 from tunekit.launch import watch as launch_watch
 from tunekit.launch.traced import traced_pointers
-from tunekit.store.entry import UNDER_COMPILE, Entry
+from tunekit.store.entry import Entry, under_compile_record, with_under_compile
 from tunekit.store.store import Store
 from tunekit.tuning.bench import Timer
 
@@ -96,7 +95,7 @@ def mark_under_compile(
         if entry.key.device_key != device.key or (wanted is not None and entry.key.kernel not in wanted):
             continue
         spec = get_spec(entry.key.kernel)
-        fresh = entry.key.source_hash == spec.source_hash and UNDER_COMPILE not in entry.provenance
+        fresh = entry.key.source_hash == spec.source_hash and under_compile_record(entry.provenance) is None
         if not fresh or not serves_kernel(spec, entry):
             continue
         problem = dict(entry.key.problem)
@@ -106,5 +105,5 @@ def mark_under_compile(
         if kernel_ms is None or inductor_ms is None:
             continue
         record = {"kernel_ms": round(kernel_ms, 6), "inductor_ms": round(inductor_ms, 6)}
-        updated.append(store.put(replace(entry, provenance={**entry.provenance, UNDER_COMPILE: record})))
+        updated.append(store.put(with_under_compile(entry, record)))
     return updated
