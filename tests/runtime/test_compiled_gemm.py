@@ -221,3 +221,24 @@ def test_an_under_compile_record_is_flat_so_a_database_reads_it_back(tmp_path) -
     assert under_compile_record(older.provenance) == {"kernel_ms": 1.0, "inductor_ms": 2.0}
     assert compile_policy.beats_inductor(older)
     assert UNDER_COMPILE not in merge_entries(older, timed).provenance  # rewritten flat
+
+
+def test_without_choices_a_patched_model_traces_compile_alones_graph() -> None:
+    """Where no problem has a choice, reading the problems adds nothing to the graph (no views left for Inductor
+    to drop, no meta tensors): the graph is the one compile alone traces."""
+    import copy
+
+    torch.manual_seed(0)
+    alone = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.GELU(), torch.nn.Linear(48, 32, bias=False))
+    patched = copy.deepcopy(alone)
+    patch(patched)
+    x = torch.randn(2, 4, 64)
+
+    def nodes(model: torch.nn.Module) -> list[str]:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_break_count == 0
+        return [str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op.startswith("call")]
+
+    assert nodes(patched) == nodes(alone)

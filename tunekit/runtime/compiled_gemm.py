@@ -161,41 +161,59 @@ def _static(*sizes: object) -> bool:
     return all(isinstance(s, int) for s in sizes)
 
 
-def _layout(t: torch.Tensor) -> str | None:
-    rows, cols = t.shape
-    if t.stride(1) == 1 and (rows <= 1 or t.stride(0) == cols):
+def _layout_of(rows: int, cols: int, row_stride: int, col_stride: int) -> str | None:
+    """A matrix's layout from its sizes and strides: "row" or "col"-major, else None (other strides)."""
+    if col_stride == 1 and (rows <= 1 or row_stride == cols):
         return "row"
-    if t.stride(0) == 1 and (cols <= 1 or t.stride(1) == rows):
+    if row_stride == 1 and (cols <= 1 or col_stride == rows):
         return "col"
     return None
+
+
+def _layout(t: torch.Tensor) -> str | None:
+    return _layout_of(*t.shape, *t.stride())
+
+
+def _choice_for(a: tuple[int, ...], b: tuple[int, ...], dtype: torch.dtype, has_bias: bool) -> str:
+    """The traced choice for a @ b, each given as (rows, cols, row stride, col stride), read from sizes alone so
+    that nothing is added to the graph; "" where there is none (then the caller writes torch's code)."""
+    if dtype not in DTYPE_NAMES or not _static(*a, *b):
+        return ""
+    (m, k), n = a[:2], b[1]
+    a_layout, b_layout = _layout_of(*a), _layout_of(*b)
+    if 0 in (m, n, k) or a_layout is None or b_layout is None:
+        return ""
+    return _traced_choice(m, n, k, DTYPE_NAMES[dtype], a_layout, b_layout, has_bias, EPOCH)
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, has_bias: bool = False) -> torch.Tensor | None:
     """a @ b (2-D) as a compiled graph's GEMM with a stored choice, or None where there is none (then the caller
     writes torch's code). Called while Dynamo or AOTAutograd traces."""
-    if a.dtype not in DTYPE_NAMES or b.dtype != a.dtype or not _static(*a.shape, *b.shape, *a.stride(), *b.stride()):
+    if b.dtype != a.dtype:
         return None
-    (m, k), n = a.shape, b.shape[1]
-    a_layout, b_layout = _layout(a), _layout(b)
-    if 0 in (m, n, k) or a_layout is None or b_layout is None:
-        return None
-    choice = _traced_choice(m, n, k, DTYPE_NAMES[a.dtype], a_layout, b_layout, has_bias, EPOCH)
+    choice = _choice_for((*a.shape, *a.stride()), (*b.shape, *b.stride()), a.dtype, has_bias)
     return torch.ops.tunekit.inductor_mm(a, b, choice) if choice else None
 
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """F.linear(input, weight, bias) under torch.compile through a stored GEMM choice, or None (none stored)."""
-    if input.dim() < 1 or weight.dim() != 2 or not _static(*input.shape):
+    """F.linear(input, weight, bias) under torch.compile through a stored GEMM choice, or None (none stored).
+    The problem is read off sizes and strides first: a linear without a choice adds nothing to the graph."""
+    if input.dim() < 1 or weight.dim() != 2 or weight.dtype != input.dtype or not input.is_contiguous():
         return None
-    m = math.prod(input.shape[:-1])
-    if not input.is_contiguous() or (bias is not None and bias.dtype != input.dtype):
+    if bias is not None and bias.dtype != input.dtype:
         return None
-    out = mm(input.reshape(m, input.shape[-1]), weight.t(), has_bias=bias is not None)
-    if out is None:
+    (n, k), shape = weight.shape, input.shape
+    if not _static(*shape):
         return None
+    m = math.prod(shape[:-1])
+    # input as A [M, K] (contiguous: row-major), weight.T as B [K, N] (weight's strides swapped)
+    choice = _choice_for((m, k, k, 1), (k, n, weight.stride(1), weight.stride(0)), input.dtype, bias is not None)
+    if not choice:
+        return None
+    out = torch.ops.tunekit.inductor_mm(input.reshape(m, k), weight.t(), choice)
     if bias is not None:
         out = out + bias  # Inductor fuses it into the GEMM's epilogue
-    return out.view(*input.shape[:-1], weight.shape[0])
+    return out.view(*shape[:-1], n)
 
 
 # -- the op: a plain GEMM for torch, one Inductor choice for Inductor ------------------------------------------------
