@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import statistics
@@ -36,7 +35,7 @@ import torch
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Problem
-from tunekit.evaluation.in_step import API_CALL, BEFORE, CONTROL, TUNED, TraceEvent, decide, trace_events
+from tunekit.evaluation.in_step import BEFORE, CONTROL, TUNED, Launches, TraceEvent, decide, trace_events
 from tunekit.runtime import compiled_gemm
 from tunekit.runtime.compiled_gemm import Override
 from tunekit.store.entry import with_compiled
@@ -159,31 +158,13 @@ def gemm_times(
     matched to `wanted`). A launch is charged its kernels: those of the runtime calls inside its op's window (host
     ms where there are none)."""
     wanted = list(wanted)
-    device_ns: dict[int, int] = {}
-    host: list[TraceEvent] = []
-    for e in events:
-        if e.on_device:
-            if not e.annotation:
-                device_ns[e.correlation] = device_ns.get(e.correlation, 0) + e.end_ns - e.start_ns
-        else:
-            host.append(e)
-    launches = sorted(
-        (e.thread, e.start_ns, device_ns[e.correlation])
-        for e in host
-        if e.correlation in device_ns and API_CALL.match(e.name)
-    )
-    starts = [(thread, start) for thread, start, _ in launches]
+    profile = Launches.of(events)
     totals: dict[Signature, list[float]] = {}
-    for e in host:
+    for e in profile.host:
         signature = launch_signature(e.name, e.shapes, wanted)
         if signature is None:
             continue
-        if device_ns:
-            lo = bisect.bisect_left(starts, (e.thread, e.start_ns))
-            hi = bisect.bisect_right(starts, (e.thread, e.end_ns))
-            ns = sum(launches[i][2] for i in range(lo, hi))
-        else:
-            ns = e.end_ns - e.start_ns
+        ns = profile.gpu_ns(e.thread, e.start_ns, e.end_ns) if profile.on_gpu else e.end_ns - e.start_ns
         total = totals.setdefault(signature, [0.0, 0])
         total[0] += ns / 1e6
         total[1] += 1
@@ -243,15 +224,6 @@ def _outputs_differ(call: Callable[[], Any], torchs: Override, tuned: Override) 
     return f"its output with the choices is {err:.3g} off torch's (relative, in norm)" if err > MAX_REL_ERR else ""
 
 
-def _call_of(model: torch.nn.Module, step: Step) -> Callable[[], Any]:
-    def call() -> Any:
-        out = step(model)
-        model.zero_grad(set_to_none=True)
-        return out
-
-    return call
-
-
 def _canonical(problem: Mapping[str, object]) -> str:
     return json.dumps(dict(problem), sort_keys=True, separators=(",", ":"))
 
@@ -287,7 +259,7 @@ def _decide(
     model: torch.nn.Module, steps: Mapping[str, Step], report: CompiledReport, blocks: int, runs: int, warmup: int,
     floor: float, rounds: int, reps: int, tolerance: float, timer: Callable[[Callable[[], Any], int], float] | None,
 ) -> None:  # fmt: skip
-    from tunekit.evaluation.tune_model import _Alternation, _ratio, default_timer
+    from tunekit.evaluation.tune_model import _Alternation, _call_of, _ratio, default_timer
 
     compiled = torch.compile(model, dynamic=False)
     traced: set[str] = set()

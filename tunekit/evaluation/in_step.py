@@ -88,27 +88,52 @@ def _within(starts: list[tuple[int, int]], thread: int, start: int, end: int) ->
     return range(bisect.bisect_left(starts, (thread, start)), bisect.bisect_right(starts, (thread, end)))
 
 
+@dataclass
+class Launches:
+    """A profile's host side: its events (record_function ranges apart), and each runtime or driver call that ran
+    GPU work as (thread, start, the GPU ns of its work), sorted, with `starts` their (thread, start)."""
+
+    host: list[TraceEvent]
+    ranges: list[TraceEvent]
+    calls: list[tuple[int, int, int]]
+    starts: list[tuple[int, int]]
+    on_gpu: bool  # whether the profile holds any GPU activity
+
+    @staticmethod
+    def of(events: Iterable[TraceEvent]) -> Launches:
+        device_ns: dict[int, int] = {}
+        host: list[TraceEvent] = []
+        ranges: list[TraceEvent] = []
+        for e in events:
+            if e.on_device:
+                if not e.annotation:
+                    device_ns[e.correlation] = device_ns.get(e.correlation, 0) + e.end_ns - e.start_ns
+            else:
+                (ranges if e.annotation else host).append(e)
+        calls = sorted(
+            (e.thread, e.start_ns, device_ns[e.correlation])
+            for e in host
+            if e.correlation in device_ns and API_CALL.match(e.name)
+        )
+        return Launches(host, ranges, calls, [(thread, start) for thread, start, _ in calls], bool(device_ns))
+
+    def gpu_ns(self, thread: int, start: int, end: int) -> int:
+        """The GPU ns of the work launched on `thread` in [start, end]."""
+        return sum(self.calls[i][2] for i in _within(self.starts, thread, start, end))
+
+
 def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
     """Each top-level call's GPU ms (host ms where the trace holds no GPU activity) and the calls it ran."""
     tops: dict[tuple[int, int], tuple[int, int, int]] = {}
     inner: list[tuple[int, int, Inner]] = []
-    device_ns: dict[int, int] = {}
-    host: list[TraceEvent] = []
-    for e in events:
-        if e.on_device:
-            if not e.annotation:
-                device_ns[e.correlation] = device_ns.get(e.correlation, 0) + e.end_ns - e.start_ns
-        elif not e.annotation:
-            host.append(e)
-        elif (at := parse_range(e.name)) is not None:
+    profile = Launches.of(events)
+    host = profile.host
+    for e in profile.ranges:
+        if (at := parse_range(e.name)) is not None:
             tops[at] = (e.thread, e.start_ns, e.end_ns)
         elif (named := parse_range(e.name, INNER)) is not None:
             inner.append((e.thread, e.start_ns, named))
-    launches = sorted(
-        (e.thread, e.start_ns, device_ns[e.correlation])
-        for e in host
-        if e.correlation in device_ns and API_CALL.match(e.name)
-    )
+    launches = profile.calls
     forward = sorted(
         (e.thread, e.start_ns, e.sequence_nr) for e in host if e.sequence_nr >= 0 and not e.name.startswith(BACKWARD)
     )
@@ -118,7 +143,7 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
         if e.sequence_nr >= 0 and e.name.startswith(BACKWARD)
     }
     inner.sort()
-    launch_starts = [(thread, start) for thread, start, _ in launches]
+    launch_starts = profile.starts
     forward_starts = [(thread, start) for thread, start, _ in forward]
     inner_starts = [(thread, start) for thread, start, _ in inner]
     costs = CallCosts()
@@ -130,7 +155,7 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
             node = backward.get((thread, forward[i][2]))
             if node is not None:
                 windows.add(node)
-        if device_ns:
+        if profile.on_gpu:
             launched = {i for window in windows for i in _within(launch_starts, *window)}
             ns = sum(launches[i][2] for i in launched)
         else:  # no GPU activity: the windows' host time

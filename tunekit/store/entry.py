@@ -91,16 +91,22 @@ COMPILED = "compiled_"
 BAD_STATUSES = ("wrong", "failed")
 
 
+def _with_fields(entry: Entry, prefix: str, record: Mapping[str, Any]) -> Entry:
+    """`entry` holding `record` as flat provenance fields under `prefix` ("ms": {serving: ms} as ms_<serving>),
+    any earlier ones under it replaced."""
+    provenance = {k: v for k, v in entry.provenance.items() if not k.startswith(prefix)}
+    for name, value in record.items():
+        if name == "ms":
+            provenance.update({f"{prefix}ms_{serving}": round(float(ms), 6) for serving, ms in value.items()})
+        else:
+            provenance[prefix + name] = value
+    return replace(entry, provenance=provenance)
+
+
 def with_in_step(entry: Entry, record: dict[str, Any]) -> Entry:
     """`entry` holding `record` (step, kept, calls, problems, noise, ms: {serving: ms}) as its in-step fields, any
     earlier ones replaced."""
-    provenance = {k: v for k, v in entry.provenance.items() if not k.startswith(IN_STEP)}
-    for name, value in record.items():
-        if name == "ms":
-            provenance.update({f"{IN_STEP}ms_{serving}": round(float(ms), 6) for serving, ms in value.items()})
-        else:
-            provenance[IN_STEP + name] = value
-    return replace(entry, provenance=provenance)
+    return _with_fields(entry, IN_STEP, record)
 
 
 def in_step_record(provenance: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -140,13 +146,7 @@ def with_under_compile(entry: Entry, record: Mapping[str, Any]) -> Entry:
 def with_compiled(entry: Entry, record: Mapping[str, Any]) -> Entry:
     """`entry` holding `record` (kept, choice, step, noise, ms: {serving: ms}) as its compiled fields, any earlier
     ones replaced."""
-    provenance = {k: v for k, v in entry.provenance.items() if not k.startswith(COMPILED)}
-    for name, value in record.items():
-        if name == "ms":
-            provenance.update({f"{COMPILED}ms_{serving}": round(float(ms), 6) for serving, ms in value.items()})
-        else:
-            provenance[COMPILED + name] = value
-    return replace(entry, provenance=provenance)
+    return _with_fields(entry, COMPILED, record)
 
 
 def compiled_choice(entry: Entry) -> str | None:
