@@ -63,6 +63,23 @@ def test_a_kept_choice_in_the_store_is_what_a_trace_takes() -> None:
     assert compiled_gemm.choice_of(PROBLEM) == ""  # measured slower in the step: torch's
 
 
+def test_this_machines_verdict_overrides_a_packs(monkeypatch) -> None:
+    """A verdict measured here (even "torch") stands; an entry here without one leaves the shipped verdict."""
+    from tunekit.runtime import compiled_gemm as module
+
+    shipped = entry(PROBLEM, kept="choice", choice=TILE, step="decode")
+    monkeypatch.setattr(module, "shipped_entries", lambda: {shipped.key: shipped})
+    assert compiled_gemm.choice_of(PROBLEM) == TILE  # nothing here: the pack's
+    with Store() as store:
+        store.put(entry(PROBLEM))  # tuned here, no verdict: still the pack's
+    compiled_gemm.forget()
+    assert compiled_gemm.choice_of(PROBLEM) == TILE
+    with Store() as store:
+        store.put(entry(PROBLEM, kept="torch", choice=TILE, step="decode"))
+    compiled_gemm.forget()
+    assert compiled_gemm.choice_of(PROBLEM) == ""
+
+
 def test_torchs_own_gemm_is_never_emitted_as_a_choice() -> None:
     with Override(lambda problem: TORCHS).active():
         assert compiled_gemm.choice_of(PROBLEM) == ""
@@ -78,7 +95,9 @@ def test_an_override_replaces_the_store_and_each_has_its_own_epoch(monkeypatch) 
             assert compiled_gemm.choice_of(PROBLEM) == ""
         assert first.epoch == compiled_gemm.EPOCH
     assert before == compiled_gemm.EPOCH
-    compiled_gemm.forget()  # the store's verdicts changed: the store's epoch moves, so compiled graphs retrace
+    compiled_gemm.forget()  # dispatch's reset: the store is read again, compiled graphs keep theirs
+    assert before == compiled_gemm.EPOCH
+    compiled_gemm.renew()  # the store's verdicts changed: the store's epoch moves, so compiled graphs retrace
     assert before - 1 == compiled_gemm.EPOCH
     monkeypatch.setattr(compile_policy, "FORCED", frozenset())  # TUNEKIT_COMPILE_OPS=none: nothing at all
     with first.active():

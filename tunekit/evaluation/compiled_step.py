@@ -251,7 +251,7 @@ def decide_compiled(
         _decide(model, steps, report, blocks, runs, warmup, floor, rounds, reps, tolerance, timer)
     if store:
         report.stored = _store(report)
-    compiled_gemm.forget()
+    compiled_gemm.renew()
     return report
 
 

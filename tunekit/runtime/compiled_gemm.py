@@ -36,7 +36,7 @@ from tunekit.core.space import Problem
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.runtime import compile_policy
 from tunekit.store.database import shipped_entries
-from tunekit.store.entry import compiled_choice
+from tunekit.store.entry import COMPILED, compiled_choice
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
@@ -48,7 +48,7 @@ _MAX_CHOICE_CHARS = 4096  # a stored choice longer than this is not one Inductor
 
 # Which choices a trace takes: 0 and below are the store's (one less each time the store's verdicts change), above
 # are a tuning run's overrides. Traced code reads it, so Dynamo guards on it: each override compiles its own graph,
-# going back to the store's reuses its graph, and a compiled model retraces once after its verdicts change.
+# going back to the store's reuses its graph, and a compiled model retraces once after its verdicts change (`renew`).
 EPOCH = 0
 _OVERRIDES: dict[int, Callable[[Problem], str]] = {}
 _STORED: dict[str, str] = {}  # problem (canonical JSON) -> its stored choice ("" for none), read once per process
@@ -104,9 +104,15 @@ def is_torchs(choice: str) -> bool:
 
 
 def forget() -> None:
-    """Read the store again: compiled graphs traced with the store's choices are traced again on their next call."""
-    global EPOCH
+    """Read the store again on the next trace (dispatch's reset_all; a compiled graph keeps what it traced)."""
     _STORED.clear()
+
+
+def renew() -> None:
+    """The store's verdicts changed (a decision was stored): read it again, and have the graphs compiled with the
+    store's choices traced again on their next call (once: the epoch they guard on moves)."""
+    global EPOCH
+    forget()
     if EPOCH <= 0:
         EPOCH -= 1
 
@@ -127,7 +133,7 @@ def _stored_choice(problem: Problem) -> str:
     finally:
         if store is not None:
             store.close()
-    if entry is None or compiled_choice(entry) is None:
+    if entry is None or not any(k.startswith(COMPILED) for k in entry.provenance):  # no verdict of this machine's
         entry = shipped_entries().get(key, entry)
     found = _STORED[name] = (compiled_choice(entry) if entry is not None else None) or ""
     return found
