@@ -30,7 +30,8 @@ import torch
 from model_transfer import held_out, steps
 
 from tunekit.evaluation.model_workflow import serving_from
-from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
+from tunekit.evaluation.step_timing import Alternation, default_timer
+from tunekit.evaluation.tune_model import tune_model
 from tunekit.integrations.patching import patch
 from tunekit.store.entry import TORCH_MS
 from tunekit.store.store import Store
@@ -86,7 +87,7 @@ def main() -> None:
                 model.zero_grad(set_to_none=True)
 
             calls[variant] = (call, context)
-        times = _Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
+        times = Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
         speeds[step_name] = {
             "eager ms": statistics.median(times["eager"]),
             "budget vs eager": statistics.median(e / t for e, t in zip(times["eager"], times["budget"])),

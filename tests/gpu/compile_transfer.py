@@ -29,7 +29,7 @@ from model_transfer import held_out  # tests/gpu/, beside this script
 
 from tunekit.core.device import fingerprint
 from tunekit.evaluation.compile_verify import verify_under_compile
-from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.evaluation.step_timing import Alternation, default_timer
 from tunekit.integrations.patching import patch
 from tunekit.runtime import compile_policy, dispatch
 from tunekit.runtime.dispatch import serves_kernel
@@ -181,7 +181,7 @@ def main() -> None:
                 continue
             calls = {"compile": (alone, nullcontext), "tunekit+compile": (mine, nullcontext)}
             calls["eager"] = (eager_call, nullcontext)
-            times = _Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
+            times = Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
             ratio = statistics.median(a / b for a, b in zip(times["compile"], times["tunekit+compile"]))
             vs_eager = statistics.median(a / b for a, b in zip(times["eager"], times["compile"]))
             row = dict(

@@ -32,7 +32,7 @@ import torch
 from model_transfer import SIZES, WIDTHS, held_out, steps
 
 from tunekit.evaluation.compiled_step import decide_compiled
-from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.evaluation.step_timing import Alternation, default_timer
 from tunekit.integrations.patching import patch
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
@@ -86,7 +86,7 @@ def alternate(models: dict[str, torch.nn.Module], step: Any, rounds: int) -> dic
             model.zero_grad(set_to_none=True)
 
         calls[variant] = (call, nullcontext)
-    times = _Alternation(default_timer(next(iter(models.values()))), rounds, reps=5, warmup=3).run(calls)
+    times = Alternation(default_timer(next(iter(models.values()))), rounds, reps=5, warmup=3).run(calls)
     return {
         v: {
             "ms": statistics.median(times[v]),

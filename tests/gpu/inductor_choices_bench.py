@@ -34,7 +34,7 @@ import torch
 from model_packs import DEVICE, shrink_widths, steps_for
 
 from tunekit.evaluation.model_packs import PACK_MODELS, build_pack_model
-from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.evaluation.step_timing import Alternation, default_timer
 from tunekit.integrations.inductor_choices import tuned_gemm_choices
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
@@ -122,7 +122,7 @@ def main() -> None:
                 model.zero_grad(set_to_none=True)
 
             calls[variant] = (call, nullcontext)
-        times = _Alternation(default_timer(base), opts.rounds, reps=5, warmup=3).run(calls)
+        times = Alternation(default_timer(base), opts.rounds, reps=5, warmup=3).run(calls)
         row = {
             variant: {
                 "ms": statistics.median(times[variant]),

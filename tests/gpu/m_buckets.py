@@ -37,7 +37,7 @@ import triton.testing
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.spec import row_bucket
-from tunekit.evaluation.tune_model import median_ms
+from tunekit.evaluation.step_timing import median_ms
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.runtime import buckets, dispatch
 from tunekit.store.key import CacheKey

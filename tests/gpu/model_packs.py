@@ -433,7 +433,8 @@ def compiled(models: list[str], step_names: list[str]) -> dict[str, Any]:
 def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
     from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant
     from tunekit.evaluation.model_workflow import serving_from
-    from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
+    from tunekit.evaluation.step_timing import Alternation, default_timer
+    from tunekit.evaluation.tune_model import tune_model
     from tunekit.integrations.patching import patch
 
     rows = {}
@@ -482,7 +483,7 @@ def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
                     model.zero_grad(set_to_none=True)
 
                 calls[variant] = (call, context)
-            times = _Alternation(timer, rounds, reps=5, warmup=3).run(calls)
+            times = Alternation(timer, rounds, reps=5, warmup=3).run(calls)
             speeds = {v: statistics.median(e / t for e, t in zip(times["eager"], times[v])) for v in variants}
             box_vs_tuned = statistics.median(t / b for t, b in zip(times["tunekit tuned"], times["tunekit box"]))
             row[step_name] = {**speeds, "box_vs_tuned": box_vs_tuned, "eager_ms": statistics.median(times["eager"])}

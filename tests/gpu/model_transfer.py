@@ -26,7 +26,8 @@ import torch
 from tunekit.evaluation.model_bench import _modeling_state, _restore, _variant, build
 from tunekit.evaluation.model_results import Workload
 from tunekit.evaluation.step_profile import kind_table, profile_kinds
-from tunekit.evaluation.tune_model import _Alternation, default_timer, tune_model
+from tunekit.evaluation.step_timing import Alternation, default_timer
+from tunekit.evaluation.tune_model import tune_model
 from tunekit.integrations.patching import patch
 
 SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
@@ -69,7 +70,7 @@ def alternate(variants: dict, step_fns: dict, rounds: int) -> dict[str, dict[str
                 model.zero_grad(set_to_none=True)
 
             calls[variant] = (call, context)
-        times = _Alternation(timer, rounds, reps=5, warmup=3).run(calls)
+        times = Alternation(timer, rounds, reps=5, warmup=3).run(calls)
         for variant in variants:
             ratios = [e / t for e, t in zip(times["eager"], times[variant])]
             out.setdefault(name, {})[variant] = statistics.median(ratios)

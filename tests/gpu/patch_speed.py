@@ -21,7 +21,7 @@ import torch
 import tunekit
 from tunekit.evaluation.model_bench import build
 from tunekit.evaluation.model_results import Workload
-from tunekit.evaluation.tune_model import _Alternation, default_timer
+from tunekit.evaluation.step_timing import Alternation, default_timer
 from tunekit.integrations.patching import patch
 
 SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
@@ -57,7 +57,7 @@ def main() -> None:
                             model(ids[step], use_cache=False)
 
                 calls[name] = (call, nullcontext)
-            times = _Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
+            times = Alternation(timer, opts.rounds, reps=5, warmup=3).run(calls)
             ratio = statistics.median(e / t for e, t in zip(times["eager"], times["tunekit"]))
             row = {"label": opts.label, "tunekit": tunekit.__file__, "family": family, "step": step, "vs_eager": ratio}
             with opts.out.open("a") as f:

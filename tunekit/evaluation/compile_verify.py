@@ -21,7 +21,7 @@ import torch
 
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
-from tunekit.evaluation.tune_model import StepTimer, _Alternation, _ratio, default_timer
+from tunekit.evaluation.step_timing import Alternation, StepTimer, default_timer, ratio
 from tunekit.runtime import compile_policy, dispatch
 from tunekit.store.entry import Entry, under_compile_record, with_under_compile
 from tunekit.store.store import Store
@@ -71,8 +71,8 @@ def _time(model: torch.nn.Module, kernels: frozenset[str], steps: Mapping[str, S
         }
         _first_call(frozenset(), calls["alone"][0])
         _first_call(kernels, calls["mine"][0])
-        times = _Alternation(opts["timer"], opts["rounds"], opts["reps"]).run(calls)
-        ratios[name] = _ratio(times, "alone", "mine")
+        times = Alternation(opts["timer"], opts["rounds"], opts["reps"]).run(calls)
+        ratios[name] = ratio(times, "alone", "mine")
     return Verdict(tuple(sorted(kernels)), ratios)
 
 

@@ -36,13 +36,13 @@ from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.core.space import Problem
 from tunekit.evaluation.in_step import BEFORE, CONTROL, TUNED, Launches, TraceEvent, decide, trace_events
+from tunekit.evaluation.step_timing import Alternation, Step, default_timer, output_tensor, ratio, step_call
 from tunekit.runtime import compiled_gemm
 from tunekit.runtime.compiled_gemm import Override
 from tunekit.store.entry import with_compiled
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
-Step = Callable[[torch.nn.Module], Any]
 Signature = tuple[tuple[int, ...], tuple[int, ...]]  # a GEMM's operand shapes, each sorted: (A's, B's)
 TEMPLATE_KERNEL = "triton_tem_"  # Inductor's name prefix of a template's kernel (its launch is profiled by name)
 OWN_LAUNCH_UIDS = ("aten::", "triton::")  # candidates whose kernel is the GEMM's own launch
@@ -209,12 +209,10 @@ def _group_verdict(
 def _outputs_differ(call: Callable[[], Any], torchs: Override, tuned: Override) -> str:
     """Why the step's output with the winners is not the output with torch's GEMMs (relative error past
     MAX_REL_ERR, in norm), or "" (also for a step with no output to compare: a training step)."""
-    from tunekit.evaluation.tune_model import _output_tensor
-
     outputs = []
     for override in (torchs, tuned):
         with override.active():
-            out = _output_tensor(call())
+            out = output_tensor(call())
         outputs.append(None if out is None else out.detach().float())
     want, got = outputs
     if want is None or got is None or want.shape != got.shape or want.numel() == 0:
@@ -259,8 +257,6 @@ def _decide(
     model: torch.nn.Module, steps: Mapping[str, Step], report: CompiledReport, blocks: int, runs: int, warmup: int,
     floor: float, rounds: int, reps: int, tolerance: float, timer: Callable[[Callable[[], Any], int], float] | None,
 ) -> None:  # fmt: skip
-    from tunekit.evaluation.tune_model import _Alternation, _call_of, _ratio, default_timer
-
     compiled = torch.compile(model, dynamic=False)
     traced: set[str] = set()
     search = compiled_gemm.search_choice()
@@ -273,7 +269,7 @@ def _decide(
     compiled_gemm.clear_searched()
     with Override(searching).active():
         for step in steps.values():
-            _call_of(compiled, step)()
+            step_call(compiled, step)()
     found = compiled_gemm.searched()
     winners: dict[str, str] = {}
     for problem in sorted(traced):
@@ -296,7 +292,7 @@ def _decide(
     kept: set[str] = set()
     rejected: set[str] = set()
     for name, step in steps.items() if winners else ():
-        call = _call_of(compiled, step)
+        call = step_call(compiled, step)
         timed: dict[str, list[dict[Signature, tuple[float, int]]]] = {serving: [] for serving in servings}
         order = list(servings)
         for block in range(blocks):
@@ -325,15 +321,15 @@ def _decide(
     # The guarantee: each step, compiled, with the kept choices against compile alone's graph. A choice kept in one
     # step and slower in another is not kept.
     keeping = {p: winners[p] for p in kept - rejected}
-    alternate = _Alternation(timer or default_timer(model), rounds, reps)
+    alternate = Alternation(timer or default_timer(model), rounds, reps)
     for name, step in steps.items():
         runs_kept = ran.get(name, set()) & set(keeping)
         if not runs_kept:
             continue
         chosen = Override(lambda problem, keeping=dict(keeping): keeping.get(_canonical(problem), ""))
-        call = _call_of(compiled, step)
+        call = step_call(compiled, step)
         times = alternate.run({"alone": (call, torchs.active), "kept": (call, chosen.active)})
-        report.steps[name] = _ratio(times, "alone", "kept")
+        report.steps[name] = ratio(times, "alone", "kept")
         if report.steps[name] < 1 - tolerance:
             report.dropped[name] = len(runs_kept)
             keeping = {p: c for p, c in keeping.items() if p not in runs_kept}

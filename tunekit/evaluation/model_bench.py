@@ -123,7 +123,7 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
 
 
 def _time(fn: Callable[[], Any], warmup: int, reps: int) -> float:
-    from tunekit.evaluation.tune_model import median_ms
+    from tunekit.evaluation.step_timing import median_ms
 
     for _ in range(warmup):
         fn()

@@ -40,6 +40,15 @@ from tunekit.core.space import Config
 from tunekit.core.spec import ProblemKey
 from tunekit.evaluation.compiled_step import CompiledReport, decide_compiled
 from tunekit.evaluation.in_step import BEFORE, TORCH_OP, TUNED, GroupVerdict, arbitrate
+from tunekit.evaluation.step_timing import (
+    Alternation,
+    Step,
+    StepTimer,
+    default_timer,
+    output_tensor,
+    ratio,
+    step_call,
+)
 from tunekit.integrations.patching import patch
 from tunekit.runtime.attribution import Problem  # (kernel, the op's problem key)
 from tunekit.runtime.dispatch import TORCH, reset_all, resolve, served_configs, serving
@@ -49,8 +58,6 @@ from tunekit.store.entry import Entry, demoted, verified_in_model, with_in_step
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
-Step = Callable[[torch.nn.Module], Any]
-StepTimer = Callable[[Callable[[], Any], int], float]  # (a call, reps) -> its median ms
 Served = dict[str, dict[ProblemKey, Config]]
 
 
@@ -159,55 +166,6 @@ class ModelTuneReport:
         return "\n".join(lines)
 
 
-def median_ms(call: Callable[[], Any], reps: int, on_gpu: bool = True) -> float:
-    """The median of `reps` calls, ms: CUDA events around each call on a GPU, the host clock elsewhere."""
-    times = []
-    for _ in range(reps):
-        if on_gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def default_timer(model: torch.nn.Module) -> StepTimer:
-    """`median_ms` on the model's device."""
-    on_gpu = any(p.is_cuda for p in model.parameters())
-    return lambda call, reps: median_ms(call, reps, on_gpu)
-
-
-class _Alternation:
-    """Times one step under several servings, interleaved: each round runs every serving once (warm-up calls, then
-    `reps` timed), in an order that rotates per round so no serving always follows the same one."""
-
-    def __init__(self, timer: StepTimer, rounds: int, reps: int, warmup: int = 2) -> None:
-        self.timer, self.rounds, self.reps, self.warmup = timer, rounds, reps, warmup
-
-    def run(self, calls: Mapping[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]]) -> dict:
-        names = list(calls)
-        times: dict[str, list[float]] = {n: [] for n in names}
-        for r in range(self.rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                call, context = calls[name]
-                with context():
-                    for _ in range(self.warmup):
-                        call()
-                    times[name].append(self.timer(call, self.reps))
-        return times
-
-
-def _ratio(times: dict[str, list[float]], num: str, den: str) -> float:
-    """Median of per-round num/den time ratios: > 1 when `den` is faster."""
-    return statistics.median(a / b for a, b in zip(times[num], times[den]))
-
-
 def _pins(before: Served, problems: list[Problem]) -> Served:
     pins: Served = {}
     for kernel, key in problems:
@@ -287,24 +245,12 @@ def _serve_as_before(problems: list[Problem], before: Served, prior: Prior, why:
     reset_all()
 
 
-def _output_tensor(out: Any) -> torch.Tensor | None:
-    """The tensor a step's output compares by: logits (an attribute), a tensor, or a tuple's first tensor."""
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)):
-        return next((t for t in out if isinstance(t, torch.Tensor)), None)
-    return None
-
-
 def _accuracy(model: torch.nn.Module, eager: torch.nn.Module, steps: Mapping[str, Step]) -> list[StepAccuracy]:
     found = []
     for name, step in steps.items():
         try:
             with torch.no_grad():
-                got, want = _output_tensor(step(model)), _output_tensor(step(eager))
+                got, want = output_tensor(step(model)), output_tensor(step(eager))
         except RuntimeError:  # a training step: its backward needs gradients
             continue
         model.zero_grad(set_to_none=True)
@@ -339,17 +285,6 @@ def _record_in_step(decisions: list[InStepDecision], verify: list[Problem]) -> N
                 store.put(with_in_step(entry, record))
 
 
-def _call_of(m: torch.nn.Module, step: Step) -> Callable[[], Any]:
-    """One run of `step` on `m`, its gradients dropped after (a training step's own zero_grad)."""
-
-    def call() -> Any:
-        out = step(m)
-        m.zero_grad(set_to_none=True)
-        return out
-
-    return call
-
-
 @dataclass
 class _Verification:
     """The model's steps timed as served before tuning (`before`), after it, and eager."""
@@ -358,7 +293,7 @@ class _Verification:
     eager: torch.nn.Module | None
     steps: Mapping[str, Step]
     before: Served
-    alternate: _Alternation
+    alternate: Alternation
     prior: Prior
     changed: list[Problem] = field(default_factory=list)
     used: dict[str, list[Problem]] = field(default_factory=dict)  # per step: the problems it runs
@@ -369,7 +304,7 @@ class _Verification:
         after: Served = {}
         for name, step in self.steps.items():
             with _fresh():
-                _call_of(self.model, step)()
+                step_call(self.model, step)()
                 served = served_configs()
             for kernel, configs in served.items():
                 after.setdefault(kernel, {}).update(configs)
@@ -400,7 +335,7 @@ class _Verification:
                 TUNED: _fresh,
                 TORCH_OP: partial(serving, torch_pins),
             }
-            for verdict in arbitrate(_call_of(self.model, step), servings, candidates, floor=floor):
+            for verdict in arbitrate(step_call(self.model, step), servings, candidates, floor=floor):
                 decisions.append(InStepDecision(name, verdict))
                 decided.update(verdict.problems)
         return decisions
@@ -432,11 +367,11 @@ class _Verification:
         step = self.steps[name]
         pins = _pins(self.before, self.suspects(name))
         calls: dict[str, tuple[Callable[[], Any], Callable[[], AbstractContextManager[Any]]]] = {
-            "after": (_call_of(self.model, step), _fresh),
-            "before": (_call_of(self.model, step), lambda: serving(pins)),
+            "after": (step_call(self.model, step), _fresh),
+            "before": (step_call(self.model, step), lambda: serving(pins)),
         }
         if self.eager is not None:
-            calls["eager"] = (_call_of(self.eager, step), nullcontext)
+            calls["eager"] = (step_call(self.eager, step), nullcontext)
         return self.alternate.run(calls)
 
     def culprits(self, tolerance: float) -> list[Demotion]:
@@ -444,9 +379,9 @@ class _Verification:
         found: list[Demotion] = []
         for name, step in self.steps.items():
             suspects = self.suspects(name)
-            if not suspects or _ratio(self.time(name), "before", "after") >= 1 - tolerance:
+            if not suspects or ratio(self.time(name), "before", "after") >= 1 - tolerance:
                 continue
-            call = _call_of(self.model, step)
+            call = step_call(self.model, step)
             for (kernel, key), gain in _causes(suspects, self.before, self.alternate, call, tolerance):
                 spec = get_spec(kernel)
                 found.append(Demotion(kernel, spec.describe_problem(spec.problem_dict(key)), name, gain, (kernel, key)))
@@ -463,8 +398,8 @@ class _Verification:
                     statistics.median(times["eager"]) if eager else None,
                     statistics.median(times["before"]),
                     statistics.median(times["after"]),
-                    _ratio(times, "eager", "after") if eager else None,
-                    _ratio(times, "before", "after"),
+                    ratio(times, "eager", "after") if eager else None,
+                    ratio(times, "before", "after"),
                     as_before=not self.suspects(name),
                 )
             )
@@ -513,7 +448,7 @@ def tune_model(
                 # Nested, each step records all it meets (entering forgets dispatch's memos: so what each step was
                 # served is kept as it ends).
                 with record_problems(None, buckets=False) as step_recorder:
-                    _call_of(model, step)()
+                    step_call(model, step)()
                 report.step_problems[name] = [plan_line(kernel, problem) for kernel, problem in step_recorder.problems]
                 for kernel, configs in served_configs().items():
                     before.setdefault(kernel, {}).update(configs)
@@ -524,7 +459,7 @@ def tune_model(
         tune(plan_path, trials, report, budget_s)
         report.tune_s = time.perf_counter() - clock
     clock = time.perf_counter()
-    alternate = _Alternation(timer or default_timer(model), rounds, reps)
+    alternate = Alternation(timer or default_timer(model), rounds, reps)
     verification = _Verification(model, eager, steps, before, alternate, prior)
     verification.survey()
     if in_step:
@@ -584,7 +519,7 @@ def _keep_no_step_slower(verification: _Verification, report: ModelTuneReport, g
 def _causes(
     suspects: list[Problem],
     before: Served,
-    alternate: _Alternation,
+    alternate: Alternation,
     call: Callable[[], Any],
     tolerance: float,
 ) -> list[tuple[Problem, float]]:
@@ -593,7 +528,7 @@ def _causes(
 
     def gain(subset: list[Problem]) -> float:
         times = alternate.run({"after": (call, _fresh), "subset": (call, lambda: serving(_pins(before, subset)))})
-        return _ratio(times, "after", "subset") - 1
+        return ratio(times, "after", "subset") - 1
 
     def bisect(subset: list[Problem], known_gain: float) -> list[tuple[Problem, float]]:
         if known_gain <= tolerance:
