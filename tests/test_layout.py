@@ -36,12 +36,8 @@ SOURCES = {
     "tunekit.search_spaces": ROOT / "search_spaces",
 }
 # Serving's (and the ops' and integrations') ways into the tuning layer: tuning on a miss, the untuned pick (the
-# performance model, without Optuna), torch's time as the tuner recorded it in an entry, and one stored config measured
-# here (an entry from another Triton).
-RUNTIME_TO_TUNING = {
-    "tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.torch_candidate",
-    "tunekit.tuning.spot_check",
-}  # fmt: skip
+# performance model, without Optuna), and one stored config measured here (an entry from another Triton).
+RUNTIME_TO_TUNING = {"tunekit.tuning.orchestrate", "tunekit.tuning.untuned", "tunekit.tuning.spot_check"}
 # Triton's public API: what any module may use. Everything else of Triton (triton.runtime, triton.compiler,
 # triton.knobs, triton.backends, the driver, ...) is read only in TRITON_ADAPTER. Checked on every import and on every
 # attribute chain from a name bound to the `triton` package (`import triton`, `import triton.x`, `import triton as t`).

@@ -30,9 +30,8 @@ from tunekit.core.registry import get_spec, kernel_names
 from tunekit.core.space import Rule, SearchSpace
 from tunekit.runtime.dispatch import resolve
 from tunekit.store.database import read_document
-from tunekit.store.entry import Entry
+from tunekit.store.entry import LAUNCH_BOUND_MS, Entry
 from tunekit.store.key import CacheKey
-from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS
 
 GOLDEN = TESTS / "golden" / "launch_paths.json"
 SHIPPED = sorted((ROOT / "cache").glob("*.json"))

@@ -40,12 +40,12 @@ from tunekit.core.spec import row_bucket
 from tunekit.evaluation.step_timing import median_ms
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.runtime import buckets, dispatch
+from tunekit.store.entry import torch_time
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 from tunekit.tuning.bench import default_timer
 from tunekit.tuning.orchestrate import TuneOptions, tune_and_store
 from tunekit.tuning.shared_bench import SharedBench
-from tunekit.tuning.torch_candidate import torch_time
 
 HIDDEN, MLP = 3584, 18944
 GEMMS = {  # name: (n, k); m is the token count

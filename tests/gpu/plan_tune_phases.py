@@ -26,11 +26,11 @@ from tunekit.core.device import fingerprint
 from tunekit.core.errors import TunekitError
 from tunekit.core.registry import get_spec
 from tunekit.fleet.plans import read_plan
+from tunekit.store.entry import torch_time
 from tunekit.store.store import Store
 from tunekit.tuning.orchestrate import TuneOptions
 from tunekit.tuning.phases import PHASES, PhaseTimes
 from tunekit.tuning.shared_bench import SharedBench
-from tunekit.tuning.torch_candidate import torch_time
 
 
 def run(plan: Path, options: TuneOptions, cap_s: float) -> dict[str, Any]:

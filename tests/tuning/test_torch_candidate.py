@@ -12,6 +12,7 @@ from test_tuner_perf_model import RAW, SPEC, PlantedBench
 from tunekit.core.space import config_id
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.runtime import dispatch
+from tunekit.store.entry import torch_time
 from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
 from tunekit.tuning.bench import WallClockTimer
@@ -40,7 +41,7 @@ def tuned_entry(bench: PlantedBench):
 def test_the_tuner_keeps_torchs_time_with_the_entry() -> None:
     entry = tuned_entry(TimesTorch({}, torch_ms=0.75))
     assert entry.provenance["torch_ms"] == 0.75 and entry.time_ms == 1.0
-    assert torch_candidate.torch_time(entry.provenance) == 0.75
+    assert torch_time(entry.provenance) == 0.75
     # a supplied bench that cannot time torch (a simulated device): nothing recorded
     assert "torch_ms" not in tuned_entry(PlantedBench()).provenance
 
@@ -51,7 +52,7 @@ def test_torch_is_not_timed_in_the_interpreter() -> None:
 
 @pytest.mark.parametrize("value", [None, "0.5", True, -1.0, 0])
 def test_a_malformed_torch_time_is_ignored(value) -> None:
-    assert torch_candidate.torch_time({} if value is None else {"torch_ms": value}) is None
+    assert torch_time({} if value is None else {"torch_ms": value}) is None
 
 
 def _resolved_with(entry, device) -> dispatch.Resolution:

@@ -293,9 +293,8 @@ def in_step(
     from tunekit.core.device import fingerprint
     from tunekit.core.registry import get_spec
     from tunekit.store.database import shipped_entries
-    from tunekit.store.entry import in_step_record
+    from tunekit.store.entry import in_step_record, torch_time
     from tunekit.store.store import Store
-    from tunekit.tuning.torch_candidate import torch_time
 
     if kernel is not None:
         get_spec(kernel)  # an unknown name fails with the list of valid ones

@@ -227,8 +227,8 @@ def _measured(spec: KernelSpec, problem: Problem) -> str:
     from tunekit.core.device import fingerprint
     from tunekit.runtime import version_policy
     from tunekit.runtime.dispatch import resolve
+    from tunekit.store.entry import torch_time
     from tunekit.store.store import Store
-    from tunekit.tuning.torch_candidate import torch_time
 
     with Store() as store, version_policy.no_checks():  # explain reports; it never runs a kernel
         entry = resolve(spec, problem, fingerprint(), store).entry

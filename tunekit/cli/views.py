@@ -85,7 +85,7 @@ class TuneResult:
     @property
     def torch_ms(self) -> float | None:
         """torch's op timed by the tuning run (tunekit.tuning.torch_candidate), or None."""
-        from tunekit.tuning.torch_candidate import torch_time
+        from tunekit.store.entry import torch_time
 
         return torch_time(self.entry.provenance)
 
@@ -208,7 +208,7 @@ class ShownEntry:
         return f" ({printable(self.why_not)})" if self.why_not and self.why_not != "another device" else ""
 
     def block(self) -> list[str]:
-        from tunekit.tuning.torch_candidate import torch_time
+        from tunekit.store.entry import torch_time
 
         e = self.entry
         torch_ms = torch_time(e.provenance)

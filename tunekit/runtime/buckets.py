@@ -32,9 +32,8 @@ from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Config, Problem, config_id
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import Entry, demotion
+from tunekit.store.entry import TORCH_CANDIDATE, Entry, demotion, torch_time
 from tunekit.store.key import CacheKey
-from tunekit.tuning.torch_candidate import TORCH_CANDIDATE, torch_time
 
 # Each edge's entry must run at least this many times torch's speed (torch_ms / time_ms), measured at that edge.
 BUCKET_MARGIN = 1.10

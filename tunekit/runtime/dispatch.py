@@ -33,11 +33,10 @@ from tunekit.launch import watch as launch_watch
 from tunekit.runtime import buckets, compile_policy, compiled_gemm, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
-from tunekit.store.entry import HELD, Entry, demotion, model_verified
+from tunekit.store.entry import HELD, LAUNCH_BOUND_MS, TORCH_CANDIDATE, Entry, demotion, model_verified, torch_time
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
-from tunekit.tuning.torch_candidate import LAUNCH_BOUND_MS, TORCH_CANDIDATE, torch_time
 
 logger = logging.getLogger("tunekit")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from tunekit.core.canonical import digest
@@ -61,6 +62,13 @@ class Entry:
 
 
 TORCH_MS = "torch_ms"  # provenance: torch's own op timed by the tuning run (tunekit.tuning.torch_candidate)
+# What a tuning run's timer is told it times when it times torch's op; dispatch serves it as the config meaning
+# "run torch's own op".
+TORCH_CANDIDATE: Mapping[str, str] = MappingProxyType({"implementation": "torch"})
+# A tuned entry under this much GPU time is bound by the host in eager use (a Triton-served eager call costs 12-28 us
+# of host time on the H200 hosts: `tunekit bench-host`), so its GPU time alone does not show it beats torch there:
+# dispatch serves it only where the tuner also timed torch, with host cost counted (tunekit.runtime.dispatch).
+LAUNCH_BOUND_MS = 0.03
 # provenance: why this entry's best config made a model step slower, measured in the model (tunekit.evaluation.
 # tune_model); dispatch then serves torch's op for the problem.
 DEMOTED = "demoted"
@@ -154,6 +162,12 @@ def compiled_choice(entry: Entry) -> str | None:
     choice = entry.provenance.get(COMPILED + "choice")
     kept = entry.provenance.get(COMPILED + "kept")
     return choice if kept == "choice" and isinstance(choice, str) and choice else None
+
+
+def torch_time(entry_provenance: Mapping[str, Any]) -> float | None:
+    """torch's time as an entry recorded it, or None."""
+    value = entry_provenance.get(TORCH_MS)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def config_digest(config: dict[str, Value]) -> str:

@@ -8,24 +8,13 @@ kernel can) with the tuner's timer, on inputs made like the candidates' bench in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any
-
 from tunekit.core import backend
 from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import TORCH_MS
+from tunekit.store.entry import TORCH_CANDIDATE
 from tunekit.tuning.bench import Timer
 
-__all__ = ["LAUNCH_BOUND_MS", "TORCH_CANDIDATE", "candidate_time", "time_torch", "torch_time"]
-
-# A tuned entry under this much GPU time is bound by the host in eager use (a Triton-served eager call costs 12-28 us
-# of host time on the H200 hosts: `tunekit bench-host`), so its GPU time alone does not show it beats torch there:
-# dispatch serves it only where the tuner also timed torch, with host cost counted (tunekit.runtime.dispatch).
-LAUNCH_BOUND_MS = 0.03
-
-TORCH_CANDIDATE: Mapping[str, str] = MappingProxyType({"implementation": "torch"})  # what a timer is told it times
+__all__ = ["candidate_time", "time_torch"]
 
 
 def time_torch(spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> float | None:
@@ -50,9 +39,3 @@ def candidate_time(
         timed = getattr(supplied, "time_torch", None)
         return None if timed is None else timed()
     return time_torch(spec, problem, seed, timer)
-
-
-def torch_time(entry_provenance: Mapping[str, Any]) -> float | None:
-    """torch's time as an entry recorded it, or None."""
-    value = entry_provenance.get(TORCH_MS)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
