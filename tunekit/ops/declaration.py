@@ -118,13 +118,20 @@ def declare(declaration: OpDeclaration) -> DeclaredOp:
 PUBLIC: dict[str, DeclaredOp] = {}
 
 
-def public_op(torch_fallback: Callable[..., Any], *kernels: Dispatcher, runs: DeclaredOp) -> Callable[[F], F]:
+def public_op(
+    torch_fallback: Callable[..., Any],
+    *kernels: Dispatcher,
+    runs: DeclaredOp,
+    compiled_fallback: Callable[..., Any] | None = None,
+) -> Callable[[F], F]:
     """Make a front a public op: hot-path plans per call signature, `torch_fallback` (with the front's signature)
     where dispatch serves torch, and `kernels` (forward and backward) saying when torch serves every problem and
-    whether one of them serves under torch.compile. `runs`: the declared op the front ends in."""
+    whether one of them serves under torch.compile. `runs`: the declared op the front ends in.
+    `compiled_fallback`: what a torch.compile trace of a call not traced as the op becomes (`torch_fallback` if
+    None)."""
 
     def wrap(front: F) -> F:
         PUBLIC[front.__name__] = runs
-        return hot_path(torch_fallback, **served_by(*kernels))(front)
+        return hot_path(torch_fallback, compiled_equivalent=compiled_fallback, **served_by(*kernels))(front)
 
     return wrap

@@ -236,11 +236,24 @@ def _torch_linear(
 ) -> torch.Tensor:
     """linear where dispatch served TORCH: torch's ops as a user writes them (F.linear, the activation, the
     residual add), so a training call records torch's own graph and nothing more. F.linear folds an N-D input
-    into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits. Traced by
-    torch.compile, the GEMM takes the Inductor choice stored for its problem, where one is (compiled_gemm)."""
-    product = compiled_gemm.linear(input, weight, bias) if torch.compiler.is_compiling() else None
-    if product is None:
-        product = F.linear(input, weight, bias)
+    into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits."""
+    return _epilogue(F.linear(input, weight, bias), activation, residual)
+
+
+def _compiled_linear(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """linear traced by torch.compile as torch's code: its GEMM takes the Inductor choice stored for its problem,
+    where one is (compiled_gemm), else F.linear."""
+    product = compiled_gemm.linear(input, weight, bias)
+    return _epilogue(F.linear(input, weight, bias) if product is None else product, activation, residual)
+
+
+def _epilogue(product: torch.Tensor, activation: str | None, residual: torch.Tensor | None) -> torch.Tensor:
     y = TORCH_ACTIVATIONS[_check_activation(activation)](product)
     return y if residual is None else y + residual
 
@@ -280,7 +293,7 @@ def matmul(
     return _gemm_2d(g)
 
 
-@public_op(_torch_linear, _GEMM, runs=_MATMUL)
+@public_op(_torch_linear, _GEMM, runs=_MATMUL, compiled_fallback=_compiled_linear)
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

@@ -206,6 +206,8 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None)
     The problem is read off sizes and strides first: a linear without a choice adds nothing to the graph."""
     if input.dim() < 1 or weight.dim() != 2 or weight.dtype != input.dtype or not input.is_contiguous():
         return None
+    if torch.is_autocast_enabled(input.device.type):  # F.linear casts under autocast; the op would not
+        return None
     if bias is not None and bias.dtype != input.dtype:
         return None
     (n, k), shape = weight.shape, input.shape

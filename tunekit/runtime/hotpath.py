@@ -125,11 +125,14 @@ class HotPath:
         torch_serves_all: Callable[[], bool] | None = None,
         chosen_under_compile: Callable[[], bool] | None = None,
         public: bool = True,
+        compiled_equivalent: Callable[..., Any] | None = None,
     ) -> None:
         self.public = public  # a public op, not an op's inner step (hot_path(public=False))
         self.traced = op  # what torch.compile traces (Dynamo cannot trace the bit tests; the launch resolves them)
         self.op = _readable_arguments(op)
         self.torch_equivalent = torch_equivalent
+        # what a torch.compile trace of a call not traced as tunekit's op becomes (torch's code, by default)
+        self.compiled_equivalent = compiled_equivalent or torch_equivalent
         self.torch_serves_all = torch_serves_all
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
         self.chosen_under_compile = chosen_under_compile
@@ -146,7 +149,7 @@ class HotPath:
             # problem when traced. A recording traces the op itself, so that its problems are recorded.
             if recorder.ACTIVE or self.torch_equivalent is None or traces_op(self.name):
                 return self.traced(*args, **kwargs)
-            return self.torch_equivalent(*args, **kwargs)
+            return self.compiled_equivalent(*args, **kwargs)  # type: ignore[misc]
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
@@ -206,6 +209,7 @@ def hot_path(
     public: bool = True,
     torch_serves_all: Callable[[], bool] | None = None,
     chosen_under_compile: Callable[[], bool] | None = None,
+    compiled_equivalent: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes.
     `torch_serves_all()` says whether dispatch serves torch for every problem of the op's kernels (forward and
@@ -214,7 +218,7 @@ def hot_path(
     the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
-        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile, public)
+        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile, public, compiled_equivalent)
         (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 
