@@ -1,0 +1,176 @@
+"""Where a patched model loses to compile alone in a compiled decode step (0.94-0.97x in earlier runs with the same
+FX graph): on the host or on the GPU. Per variant (compile alone, its control, tunekit.patch + compile), timed in
+alternation:
+  step: one call between CUDA events after a synchronize (the benchmarks' way: host-bound at decode);
+  gpu:  20 calls queued behind a long sleep kernel, events around them: the GPU's own time per call;
+  host: 20 calls queued behind the sleep, host clock per call: what the host spends enqueueing one;
+then per variant: Python function calls per call (cProfile), CUDA kernels per call (profiler), and Dynamo's cache
+entries on the forward's code object with their guard-check times.
+
+    python tests/gpu/compiled_host_probe.py --model gemma [--rounds 7]
+
+Prints the table last; JSON under $OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from model_transfer import held_out
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+from tunekit.integrations.patching import patch
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+OPTIONS = {"compile": None, "compile (control)": {"max_autotune_gemm": False}, "tunekit": {"epilogue_fusion": True}}
+QUEUED = 20
+
+
+def step_ms(model: Any, ids: torch.Tensor) -> float:
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    model(ids, use_cache=False)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def queued(model: Any, ids: torch.Tensor) -> tuple[float, float]:
+    """(GPU ms, host ms) per call, for QUEUED calls enqueued behind a sleep long enough to hide the host."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~100+ ms at H200 clocks: the host enqueues everything meanwhile
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(QUEUED):
+        model(ids, use_cache=False)
+    host = (time.perf_counter() - t0) * 1e3 / QUEUED
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / QUEUED, host
+
+
+def python_calls(model: Any, ids: torch.Tensor, calls: int = 50) -> tuple[float, list[str]]:
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        model(ids, use_cache=False)
+    profile.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profile)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:15]  # type: ignore[attr-defined]
+    top = [
+        f"{v[1] / calls:6.1f} calls {v[2] / calls * 1e6:7.1f} us  {k[0].split('/')[-1]}:{k[1]}({k[2]})" for k, v in rows
+    ]
+    return stats.total_calls / calls, top  # type: ignore[attr-defined]
+
+
+def kernels_per_call(model: Any, ids: torch.Tensor, calls: int = 5) -> tuple[float, float]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            model(ids, use_cache=False)
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len(events) / calls, sum(e.device_time for e in events) / calls / 1e3
+
+
+def guard_checks(models: dict[str, Any], bases: dict[str, torch.nn.Module], ids: torch.Tensor) -> dict[str, Any]:
+    forward = next(iter(bases.values())).forward.__func__
+    code = forward.__code__
+    entries = _debug_get_cache_entry_list(code)
+    out: dict[str, Any] = {"entries": len(entries), "code": f"{code.co_filename.split('/')[-1]}:{code.co_name}"}
+    torch.set_grad_enabled(False)
+    try:
+        for name, base in bases.items():
+            frame = {"self": base, "args": (ids,), "kwargs": {"use_cache": False}}
+            if hasattr(forward, "__wrapped__"):
+                frame["func"] = forward.__wrapped__
+            row = []
+            for entry in entries:
+                try:
+                    ok = bool(entry.guard_manager.check(frame))
+                    t0 = time.perf_counter()
+                    for _ in range(500):
+                        entry.guard_manager.check(frame)
+                    row.append(
+                        (
+                            ok,
+                            round((time.perf_counter() - t0) / 500 * 1e6, 2),
+                            len(str(entry.guard_manager).splitlines()),
+                        )
+                    )
+                except Exception as failure:  # a frame layout this probe did not guess
+                    row.append((False, -1.0, repr(failure)[:80]))
+            out[name] = row
+    finally:
+        torch.set_grad_enabled(True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="gemma")
+    parser.add_argument("--rounds", type=int, default=7)
+    opts = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    base, ids = held_out(opts.model)
+    base.eval()
+    ids = ids["decode"]
+    bases, models = {}, {}
+    torch.set_grad_enabled(False)
+    for name, options in OPTIONS.items():
+        bases[name] = copy.deepcopy(base)
+        if name == "tunekit":
+            print(patch(bases[name]))
+        models[name] = torch.compile(bases[name], options=options)
+        for _ in range(3):
+            models[name](ids, use_cache=False)
+    torch.cuda.synchronize()
+    times: dict[str, dict[str, list[float]]] = {n: {"step": [], "gpu": [], "host": []} for n in models}
+    names = list(models)
+    for r in range(opts.rounds):
+        for name in names[r % 3 :] + names[: r % 3]:
+            m = models[name]
+            for _ in range(3):
+                m(ids, use_cache=False)
+            times[name]["step"].append(statistics.median(step_ms(m, ids) for _ in range(7)))
+            gpu, host = queued(m, ids)
+            times[name]["gpu"].append(gpu)
+            times[name]["host"].append(host)
+    result: dict[str, Any] = {"model": opts.model, "device": torch.cuda.get_device_name(), "variants": {}}
+    for name, m in models.items():
+        calls, top = python_calls(m, ids)
+        kernels, kernel_ms = kernels_per_call(m, ids)
+        row = {k: statistics.median(v) for k, v in times[name].items()}
+        row["vs_compile"] = {
+            k: statistics.median(a / b for a, b in zip(times["compile"][k], v)) for k, v in times[name].items()
+        }
+        row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms)
+        result["variants"][name] = row
+    result["guards"] = guard_checks(models, bases, ids)
+    (OUT / f"compiled_host_{opts.model}.json").write_text(json.dumps(result, indent=1))
+    for name, row in result["variants"].items():
+        print(f"== {name}: python calls/call {row['python_calls_per_call']:.0f}")
+        print("\n".join(row["top"]))
+    print(json.dumps(result["guards"])[:3000])
+    print("| variant | step ms | gpu ms | host ms | step vs compile | gpu vs | host vs | kernels | kernel ms |")
+    for name, row in result["variants"].items():
+        v = row["vs_compile"]
+        print(f"| {name} | {row['step']:.3f} | {row['gpu']:.3f} | {row['host']:.3f} | {v['step']:.3f} | "
+              f"{v['gpu']:.3f} | {v['host']:.3f} | {row['kernels']:.0f} | {row['kernel_ms']:.3f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
