@@ -32,7 +32,16 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from tunekit.integrations.patching import patch
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
-OPTIONS = {"compile": None, "compile (control)": {"max_autotune_gemm": False}, "tunekit": {"epilogue_fusion": True}}
+OPTIONS: dict[str, Any] = {
+    "compile": None,
+    "compile (control)": {"max_autotune_gemm": False},
+    "tunekit": {"epilogue_fusion": True},
+    # what Inductor's GEMM search alone buys (no pointwise or reduction tuning), with cuBLAS among the candidates
+    # and without it (a Triton template's launch costs the host less than an extern cuBLAS call)
+    "gemm-autotune": {"max_autotune_gemm": True},
+    "gemm-autotune-triton": {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON"},
+    "max-autotune": "max-autotune-no-cudagraphs",
+}
 QUEUED = 20
 
 
@@ -122,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="gemma")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--variants", default="compile,compile (control),tunekit")
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.automatic_dynamic_shapes = False
@@ -130,18 +140,27 @@ def main() -> None:
     ids = ids["decode"]
     bases, models = {}, {}
     torch.set_grad_enabled(False)
-    for name, options in OPTIONS.items():
+    first_s = {}
+    for name in opts.variants.split(","):
+        options = OPTIONS[name]
         bases[name] = copy.deepcopy(base)
         if name == "tunekit":
             print(patch(bases[name]))
-        models[name] = torch.compile(bases[name], options=options)
-        for _ in range(3):
+        if isinstance(options, str):
+            models[name] = torch.compile(bases[name], mode=options)
+        else:
+            models[name] = torch.compile(bases[name], options=options)
+        t0 = time.perf_counter()
+        models[name](ids, use_cache=False)
+        torch.cuda.synchronize()
+        first_s[name] = time.perf_counter() - t0
+        for _ in range(2):
             models[name](ids, use_cache=False)
     torch.cuda.synchronize()
     times: dict[str, dict[str, list[float]]] = {n: {"step": [], "gpu": [], "host": []} for n in models}
     names = list(models)
     for r in range(opts.rounds):
-        for name in names[r % 3 :] + names[: r % 3]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             m = models[name]
             for _ in range(3):
                 m(ids, use_cache=False)
@@ -157,19 +176,23 @@ def main() -> None:
         row["vs_compile"] = {
             k: statistics.median(a / b for a, b in zip(times["compile"][k], v)) for k, v in times[name].items()
         }
-        row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms)
+        row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms, first_s=first_s[name])
         result["variants"][name] = row
     result["guards"] = guard_checks(models, bases, ids)
     (OUT / f"compiled_host_{opts.model}.json").write_text(json.dumps(result, indent=1))
-    for name, row in result["variants"].items():
+    for name, row in list(result["variants"].items())[:3]:
         print(f"== {name}: python calls/call {row['python_calls_per_call']:.0f}")
         print("\n".join(row["top"]))
     print(json.dumps(result["guards"])[:3000])
-    print("| variant | step ms | gpu ms | host ms | step vs compile | gpu vs | host vs | kernels | kernel ms |")
+    print(f"{opts.model} decode {tuple(ids.shape)}")
+    print(
+        "| variant | step ms | gpu ms | host ms | step vs compile | gpu vs | host vs | kernels | kernel ms | first s |"
+    )
     for name, row in result["variants"].items():
         v = row["vs_compile"]
         print(f"| {name} | {row['step']:.3f} | {row['gpu']:.3f} | {row['host']:.3f} | {v['step']:.3f} | "
-              f"{v['gpu']:.3f} | {v['host']:.3f} | {row['kernels']:.0f} | {row['kernel_ms']:.3f} |")  # fmt: skip
+              f"{v['gpu']:.3f} | {v['host']:.3f} | {row['kernels']:.0f} | {row['kernel_ms']:.3f} | "
+              f"{row['first_s']:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
