@@ -131,53 +131,121 @@ def test_a_step_whose_output_moves_with_the_choices_keeps_none() -> None:
 NO_COMPILER = shutil.which("c++") is None and shutil.which("g++") is None
 
 
-@pytest.mark.skipif(NO_COMPILER, reason="Inductor's CPU code needs a C++ compiler")
-def test_the_verdicts_are_stored_and_the_next_compile_serves_them(monkeypatch) -> None:
-    """On a CPU Inductor offers torch's GEMM alone, so its search is stood in for (every problem "won" by a template
-    that lowers as torch's GEMM) and the GEMMs are timed on the host: what is checked is the flow: every searched
-    problem gets a verdict in its entry, and a kept one is what the next trace takes."""
+PROBLEMS = [make_problem(8, 48, 64, "bfloat16", b_layout="col", has_bias=True),
+            make_problem(8, 32, 48, "bfloat16", b_layout="col")]  # fmt: skip
+CHOICE = compiled_gemm.identify("triton::mm", {"BLOCK_M": 16})
+
+
+def _decide_on_cpu(monkeypatch, gemm_times_keep: bool, step_ms: Any, entries: bool = True):
+    """decide_compiled on a small patched model on the CPU. Inductor offers torch's GEMM alone there, so its search
+    is stood in for (every problem "won" by a template that lowers as torch's GEMM); the GEMM times' verdicts are
+    decided, then set to `gemm_times_keep` (host timings on a CPU decide nothing), and the whole step is timed by
+    `step_ms(choices_active: bool)`."""
     torch._dynamo.reset()
     compiled_gemm.forget()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32, bias=False))
     patch(model)
-    choice = compiled_gemm.identify("triton::mm", {"BLOCK_M": 16})
     lower = compiled_gemm._lower
 
     def searched_lower(a: Any, b: Any, asked: str) -> Any:
         if compiled_gemm.searching(asked):
             problem = compiled_gemm._searched_problem(asked)
             assert problem is not None
-            compiled_gemm._SEARCHED[problem] = compiled_gemm.Searched(choice, 0.01, 0.02)
-            asked = choice
+            compiled_gemm._SEARCHED[problem] = compiled_gemm.Searched(CHOICE, 0.01, 0.02)
+            asked = CHOICE
         return lower(a, b, asked)
 
     monkeypatch.setattr(compiled_gemm, "_lower", searched_lower)
     compiled_gemm._registered.clear()
     spec, device = get_spec("gemm"), fingerprint()
-    problems = [make_problem(8, 48, 64, "bfloat16", b_layout="col", has_bias=True),
-                make_problem(8, 32, 48, "bfloat16", b_layout="col")]  # fmt: skip
     with Store() as store:
-        for p in problems:
+        for p in PROBLEMS if entries else ():
             key = CacheKey.make(spec.name, spec.source_hash, device.key, p)
             store.put(Entry(key, dict(spec.heuristic(p, device)), 0.5, device.to_json(), {}))
+
+    def group_verdict(step: str, problems: list[str], choice: str, timed: Any, signature: Any, floor: float):
+        verdict = _group_verdict(step, problems, choice, timed, signature, floor)
+        return CompiledVerdict(step, verdict.problems, choice, verdict.ms, verdict.ratio, 0.0, gemm_times_keep)
+
+    monkeypatch.setattr(compiled_step, "_group_verdict", group_verdict)
     model = model.to(torch.bfloat16)
     x = torch.randn(8, 64, dtype=torch.bfloat16)
-    always = 0.5  # every step "faster": the guarantee's timer says so, whatever the host's noise
-    monkeypatch.setattr(compiled_step, "_group_verdict", _kept_group_verdict)
+
+    def timer(call: Any, reps: int) -> float:
+        call()
+        return step_ms(compiled_gemm.choice_of(PROBLEMS[0]) != "")
+
     with torch.no_grad():
-        report = decide_compiled(model, {"decode": lambda m: m(x)}, blocks=1, rounds=1, reps=1,
-                                 timer=lambda call, reps: (call(), always)[1])  # fmt: skip
-    assert set(report.searched.values()) == {choice} and report.stored == 2
-    assert set(report.kept) == {compiled_gemm._canonical(p) for p in problems}
+        return decide_compiled(model, {"decode": lambda m: m(x)}, blocks=1, rounds=3, reps=1, timer=timer)
+
+
+def _stored_choices() -> list[str | None]:
+    spec, device = get_spec("gemm"), fingerprint()
     with Store() as store:
-        stored = [store.get(CacheKey.make(spec.name, spec.source_hash, device.key, p)) for p in problems]
-    assert all(e is not None and compiled_choice(e) == choice for e in stored)
-    assert [compiled_gemm.choice_of(p) for p in problems] == [choice, choice]  # the next trace's
+        stored = [store.get(CacheKey.make(spec.name, spec.source_hash, device.key, p)) for p in PROBLEMS]
+    return [None if e is None else compiled_choice(e) for e in stored]
+
+
+@pytest.mark.skipif(NO_COMPILER, reason="Inductor's CPU code needs a C++ compiler")
+def test_the_verdicts_are_stored_and_the_next_compile_serves_them(monkeypatch) -> None:
+    """What passed on GEMM times, in a step not slower whole, is stored and is what the next trace takes."""
+    report = _decide_on_cpu(monkeypatch, gemm_times_keep=True, step_ms=lambda choices: 1.0)
+    assert set(report.searched.values()) == {CHOICE} and report.stored == 2
+    assert set(report.kept) == {compiled_gemm._canonical(p) for p in PROBLEMS} and not report.by_step
+    assert _stored_choices() == [CHOICE, CHOICE]
+    assert [compiled_gemm.choice_of(p) for p in PROBLEMS] == [CHOICE, CHOICE]  # the next trace's
     assert "kept" in report.table()
 
 
-def _kept_group_verdict(step: str, problems: list[str], choice: str, timed: Any, signature: Any, floor: float):
-    """The verdict as decided, then kept (host timings on a CPU decide nothing)."""
-    verdict = _group_verdict(step, problems, choice, timed, signature, floor)
-    return CompiledVerdict(step, verdict.problems, choice, verdict.ms, verdict.ratio, verdict.noise, True)
+@pytest.mark.skipif(NO_COMPILER, reason="Inductor's CPU code needs a C++ compiler")
+def test_a_step_bound_by_the_host_keeps_the_winners_its_whole_time_prefers(monkeypatch) -> None:
+    """No GEMM ran faster with its template, yet the step did (a host-bound decode: the templates' launches cost the
+    host less): every winner is kept, by the step."""
+    report = _decide_on_cpu(monkeypatch, gemm_times_keep=False, step_ms=lambda choices: 0.8 if choices else 1.0)
+    assert set(report.kept) == {compiled_gemm._canonical(p) for p in PROBLEMS} == report.by_step
+    assert report.whole["decode"].kept == compiled_step.EVERY
+    assert report.steps["decode"] == pytest.approx(1.25)
+    assert _stored_choices() == [CHOICE, CHOICE]
+    assert "every winner kept" in report.table()
+
+
+@pytest.mark.skipif(NO_COMPILER, reason="Inductor's CPU code needs a C++ compiler")
+def test_a_step_no_faster_whole_keeps_torchs_gemms(monkeypatch) -> None:
+    """Neither the GEMM times nor the whole step favour the winners: torch's GEMMs stay, and the entries say so."""
+    report = _decide_on_cpu(monkeypatch, gemm_times_keep=False, step_ms=lambda choices: 1.0)
+    assert report.kept == {} and report.whole["decode"].kept == ""
+    assert _stored_choices() == [None, None] and report.stored == 2
+
+
+@pytest.mark.skipif(NO_COMPILER, reason="Inductor's CPU code needs a C++ compiler")
+def test_a_problem_without_an_entry_is_reported_not_stored(monkeypatch) -> None:
+    report = _decide_on_cpu(monkeypatch, gemm_times_keep=True, step_ms=lambda choices: 1.0, entries=False)
+    assert report.stored == 0 and report.unstored == 2 and "2 without an entry" in report.table()
+
+
+def test_the_search_records_the_fastest_template_even_where_torchs_gemm_is_faster() -> None:
+    """A host-bound step may gain from a template that loses to torch's GEMM alone: the search keeps the fastest
+    template, with torch's time beside it; a split-K decomposition (not one launch) is never the winner."""
+
+    class Caller:  # one of Inductor's timed choices (hashable: timings are keyed by them)
+        def __init__(self, name: str, uid: str | None, **params: object) -> None:
+            self.name = name
+            template, kwargs = SimpleNamespace(uid=uid), SimpleNamespace(to_kwargs=lambda: params)
+            self.annotations = {} if uid is None else {"ktc": SimpleNamespace(template=template, params=kwargs)}
+
+    caller = Caller
+    timings = {
+        caller("extern_mm", None): 0.010,
+        caller("decompose_k", "decompose_k", k_split=4): 0.011,
+        caller("triton_mm_1", "triton::mm", BLOCK_M=16): 0.014,
+        caller("triton_mm_2", "triton::mm", BLOCK_M=32): 0.012,
+    }
+    compiled_gemm._LOWERING.problem = "p"
+    try:
+        compiled_gemm._save_winner(timings)
+    finally:
+        compiled_gemm._LOWERING.problem = None
+    found = compiled_gemm.searched().pop("p")
+    assert found.choice == compiled_gemm.identify("triton::mm", {"BLOCK_M": 32})
+    assert found.ms == 0.012 and found.torch_ms == 0.010

@@ -7,11 +7,12 @@ caches, so first-call times compare:
   eager; compile (default mode); compile (control: the default mode again, the noise of a ratio);
   max-autotune (mode="max-autotune-no-cudagraphs"); reduce-overhead (decode only);
   tunekit (out of the box): tunekit.patch, then the default mode, with what the store holds (a pack's verdicts);
-then `decide_compiled` on a patched copy (Inductor's search per GEMM, decided in the compiled step, stored), and
+then `decide_compiled` on a patched copy (Inductor's search per GEMM, decided in the compiled step, stored; with
+  --tune-budget, `tune_model(..., compiled=True)`: the step's problems tuned eagerly first, so each has an entry), and
   tunekit (tuned): a new patched copy compiled in the default mode, the verdicts served from the store.
 Each phase's variants are timed in alternation (median of per-round ratios vs compile's default mode).
 
-    python tests/gpu/compiled_choices_bench.py --model llama --steps decode,prefill [--rounds 5]
+    python tests/gpu/compiled_choices_bench.py --model llama --steps decode,prefill [--rounds 5] [--tune-budget 60]
 
 Prints the table last; JSON under $OUT.
 """
@@ -33,6 +34,7 @@ from model_transfer import SIZES, WIDTHS, held_out, steps
 
 from tunekit.evaluation.compiled_step import decide_compiled
 from tunekit.evaluation.step_timing import Alternation, default_timer
+from tunekit.evaluation.tune_model import tune_model
 from tunekit.integrations.patching import patch
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
@@ -111,6 +113,9 @@ def main() -> None:
     parser.add_argument("--steps", default="decode,prefill")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-autotune-steps", default="decode,prefill", help="steps timed with max-autotune too")
+    parser.add_argument("--tune-budget", type=float, default=0.0,
+                        help="seconds: tune_model(compiled=True) on the step (eager tune, then the compiled verdicts); "
+                        "0: decide_compiled alone (stores verdicts only for problems with entries)")  # fmt: skip
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.recompile_limit = 64
@@ -140,7 +145,14 @@ def main() -> None:
         tuned_model = copy.deepcopy(base)
         patch(tuned_model)
         t0 = time.perf_counter()
-        report = decide_compiled(tuned_model, {name: step})
+        if opts.tune_budget > 0:  # the user's path: tune the step's problems eagerly, then decide under compile
+            tuned_report = tune_model(tuned_model, {name: step}, budget_s=opts.tune_budget, compare_eager=False,
+                                      compiled=True, rounds=opts.rounds)  # fmt: skip
+            print(tuned_report.table(), flush=True)
+            assert tuned_report.compiled is not None
+            report = tuned_report.compiled
+        else:
+            report = decide_compiled(tuned_model, {name: step})
         decide_s = time.perf_counter() - t0
         print(report.table(), flush=True)
         del tuned_model

@@ -3,21 +3,24 @@
     report = decide_compiled(model, {"decode": decode, "train": train_step})   # model patched (tunekit.patch)
 
 1. Search: every step runs once through `torch.compile(model)` with each GEMM searched (compiled_gemm.SEARCH):
-   Inductor times its own candidates for the problem, as max-autotune would, and the winner is recorded. Only a
-   winner whose kernel is the GEMM's own launch (an Inductor Triton template) goes on, so the profile can charge it
-   to its problem; a split-K decomposition (a batched GEMM and a reduction) does not.
-2. In the step: each step runs compiled with torch's GEMMs (compile alone's graph, BEFORE), with the winners
+   Inductor times its own candidates for the problem, as max-autotune would, and its fastest Triton template is
+   recorded, even where torch's GEMM timed faster (its kernel is the GEMM's own launch, so the profile can charge it
+   to its problem; a split-K decomposition, a batched GEMM and a reduction, is not one).
+2. GEMM times: each step runs compiled with torch's GEMMs (compile alone's graph, BEFORE), with the winners
    (TUNED), and with the winners again (CONTROL), in rotated blocks, profiled with input shapes. Every GEMM launch
    (aten::mm or addmm, an Inductor template kernel) is charged the GPU time of its kernels and matched to its
    problem by the buffers it reads; problems that no shape tells apart (a projection and its input gradient of the
-   same square shape) are decided together. A group keeps its winner only where its GEMM time per step beats
+   same square shape) are decided together. A group's winner passes only where its GEMM time per step beats
    BEFORE's by more than the control's spread and `floor` (tunekit.evaluation.in_step.decide), and where it ran
-   as many GEMMs under both (else it is not priced, and keeps torch's). A step whose output (logits) with the
-   winners is more than MAX_REL_ERR off its output with torch's GEMMs keeps none of them.
-3. The guarantee: each step is timed compiled with the kept choices and with torch's, in alternation; a step slower
-   by more than `tolerance` (median of per-round ratios) drops every choice it runs.
+   as many GEMMs under both (else it is not priced). A step whose output (logits) with the winners is more than
+   MAX_REL_ERR off its output with torch's GEMMs keeps none of them.
+3. Whole steps (`_whole_steps`): each step is timed compiled with torch's GEMMs, with the choices that passed on
+   GEMM times, and with every winner, in alternation. A step bound by the host (decode) gains from a template's
+   cheaper launch what GPU times do not show; one bound by the GPU must not lose what they showed. The faster set
+   is kept past the control's spread, the GEMM times' set only where the step is not slower.
 4. Every decided problem's entry gets the verdict (tunekit.store.entry.with_compiled): a compiled graph then runs
-   the kept choice for it with no search (tunekit.runtime.compiled_gemm).
+   the kept choice for it with no search (tunekit.runtime.compiled_gemm). A problem with no entry (never tuned
+   here, in no pack) is reported, not stored: tune_model tunes the model's problems first.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ from tunekit.store.store import Store
 
 Signature = tuple[tuple[int, ...], tuple[int, ...]]  # a GEMM's operand shapes, each sorted: (A's, B's)
 TEMPLATE_KERNEL = "triton_tem_"  # Inductor's name prefix of a template's kernel (its launch is profiled by name)
-OWN_LAUNCH_UIDS = ("aten::", "triton::")  # candidates whose kernel is the GEMM's own launch
 # A step's output with the winners against its output with torch's GEMMs: another summation order moves bf16 logits
 # by about 1% in norm; a wrong GEMM by order 1.
 MAX_REL_ERR = 0.05
@@ -75,22 +77,46 @@ class CompiledVerdict:
         )
 
 
+GEMM_TIMES = "kept by GEMM times"  # a step's choices whose GEMMs ran faster with them, in the profile
+EVERY = "every winner"  # every choice the step runs
+
+
+@dataclass(frozen=True)
+class WholeStep:
+    """A step timed whole: which of its choice sets it keeps ("" for none), each set's speed over torch's GEMMs
+    (median of per-round ratios), and the control's spread."""
+
+    kept: str
+    speeds: dict[str, float]
+    noise: float
+
+    def line(self, step: str) -> str:
+        speeds = ", ".join(f"{label} {speed:.3f}x" for label, speed in self.speeds.items())
+        kept = self.kept or "none"
+        return f"{step} compiled, whole step vs torch's GEMMs: {speeds} (noise {self.noise:.3f}): {kept} kept"
+
+
 @dataclass
 class CompiledReport:
     searched: dict[str, str] = field(default_factory=dict)  # problem -> the search's winner
     verdicts: list[CompiledVerdict] = field(default_factory=list)
-    steps: dict[str, float] = field(default_factory=dict)  # compiled step: compile alone's ms / with the kept choices
+    steps: dict[str, float] = field(default_factory=dict)  # compiled step: compile alone's ms / with its kept choices
     dropped: dict[str, int] = field(default_factory=dict)  # step -> choices the guarantee dropped
     refused: dict[str, str] = field(default_factory=dict)  # step -> why its output refused every choice it runs
     kept: dict[str, str] = field(default_factory=dict)  # problem -> the choice stored as kept
+    whole: dict[str, WholeStep] = field(default_factory=dict)  # step -> which choices its whole time kept
+    by_step: set[str] = field(default_factory=set)  # problems kept by a whole step's time, not their GEMM times
     stored: int = 0
+    unstored: int = 0  # decided problems with no entry to hold the verdict
     search_s: float = 0.0
     decide_s: float = 0.0
 
     def table(self) -> str:
-        lines = [f"compiled GEMMs: {len(self.searched)} searched, {len(self.kept)} kept ({self.stored} stored)"]
+        stored = f"{self.stored} stored" + (f", {self.unstored} without an entry" if self.unstored else "")
+        lines = [f"compiled GEMMs: {len(self.searched)} searched, {len(self.kept)} kept ({stored})"]
         lines += ["  " + v.line() for v in self.verdicts]
         lines += [f"  {step}: every choice refused: {why}" for step, why in self.refused.items()]
+        lines += ["  " + whole.line(step) for step, whole in self.whole.items()]
         for step, speed in self.steps.items():
             dropped = f", {self.dropped[step]} choices dropped" if self.dropped.get(step) else ""
             lines.append(f"  {step} compiled: {speed:.3f}x compile alone with the kept choices{dropped}")
@@ -274,11 +300,8 @@ def _decide(
     winners: dict[str, str] = {}
     for problem in sorted(traced):
         result = found.get(compiled_gemm.without_bias(_problem(problem)))
-        if result is not None:
-            report.searched[problem] = result.choice
-            own_launch = json.loads(result.choice)["uid"].startswith(OWN_LAUNCH_UIDS)
-            if own_launch and not compiled_gemm.is_torchs(result.choice):
-                winners[problem] = result.choice
+        if result is not None:  # (a template: its kernel is the GEMM's own launch, so the profile can charge it)
+            report.searched[problem] = winners[problem] = result.choice
     report.search_s = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -289,8 +312,8 @@ def _decide(
     for problem in sorted(winners):
         by_signature.setdefault(signature_of(_problem(problem)), []).append(problem)
     ran: dict[str, set[str]] = {}  # step -> the problems with a winner whose GEMMs it runs
-    kept: set[str] = set()
-    rejected: set[str] = set()
+    kept: set[str] = set()  # by their GEMM times
+    refused: set[str] = set()  # run by a step whose output moved with the winners
     for name, step in steps.items() if winners else ():
         call = step_call(compiled, step)
         timed: dict[str, list[dict[Signature, tuple[float, int]]]] = {serving: [] for serving in servings}
@@ -299,14 +322,14 @@ def _decide(
             for serving in order[block % len(order) :] + order[: block % len(order)]:
                 with servings[serving].active():
                     timed[serving].append(_profiled(call, runs, warmup, list(by_signature)))
-        refused = _outputs_differ(call, torchs, tuned)
-        if refused:
-            report.refused[name] = refused
+        moved = _outputs_differ(call, torchs, tuned)
+        if moved:
+            report.refused[name] = moved
         for signature, problems in by_signature.items():
             if not any(block.get(signature, (0.0, 0))[1] for serving in timed for block in timed[serving]):
                 continue  # (another step's GEMMs)
-            if refused:
-                rejected.update(problems)
+            if moved:
+                refused.update(problems)
                 continue
             ran.setdefault(name, set()).update(problems)
             choices = {winners[p] for p in problems}
@@ -316,25 +339,78 @@ def _decide(
             else:
                 verdict = _group_verdict(name, problems, choices.pop(), timed, signature, floor)
             report.verdicts.append(verdict)
-            (kept if verdict.kept else rejected).update(problems)
+            if verdict.kept:
+                kept.update(problems)
 
-    # The guarantee: each step, compiled, with the kept choices against compile alone's graph. A choice kept in one
-    # step and slower in another is not kept.
-    keeping = {p: winners[p] for p in kept - rejected}
-    alternate = Alternation(timer or default_timer(model), rounds, reps)
-    for name, step in steps.items():
-        runs_kept = ran.get(name, set()) & set(keeping)
-        if not runs_kept:
-            continue
-        chosen = Override(lambda problem, keeping=dict(keeping): keeping.get(_canonical(problem), ""))
-        call = step_call(compiled, step)
-        times = alternate.run({"alone": (call, torchs.active), "kept": (call, chosen.active)})
-        report.steps[name] = ratio(times, "alone", "kept")
-        if report.steps[name] < 1 - tolerance:
-            report.dropped[name] = len(runs_kept)
-            keeping = {p: c for p, c in keeping.items() if p not in runs_kept}
-    report.kept = keeping
+    whole = _whole_steps(model, steps, compiled, report, winners, ran, kept, torchs, tuned, rounds, reps, tolerance,
+                         timer)  # fmt: skip
+    report.kept = {p: c for p, c in whole.items() if p not in refused}
+    report.by_step.intersection_update(report.kept)
     report.decide_s = time.perf_counter() - clock
+
+
+def _whole_steps(
+    model: torch.nn.Module, steps: Mapping[str, Step], compiled: Any, report: CompiledReport, winners: dict[str, str],
+    ran: dict[str, set[str]], kept: set[str], torchs: Override, tuned: Override, rounds: int, reps: int,
+    tolerance: float, timer: Callable[[Callable[[], Any], int], float] | None,
+) -> dict[str, str]:  # fmt: skip
+    """Which choices each step keeps, by the whole step's time: problem -> choice, over every step.
+
+    A step bound by the host gains from a template what its GEMM times do not show (Inductor launches its template
+    for less host time than torch's GEMM call), and one bound by the GPU must not lose what they showed. So each step
+    runs compiled with torch's GEMMs (twice: the second run's ratio is the control's spread), with the choices its
+    GEMM times kept (GEMM_TIMES) and with every winner it runs (EVERY), in alternation. EVERY is kept where it beats
+    torch's GEMMs by more than `tolerance` and the spread, and GEMM_TIMES; else GEMM_TIMES where the step is not
+    slower than torch's by more than `tolerance`; else none. A problem kept in one step and not in another that
+    runs it is not kept: a step that loses choices so is timed again with the rest, and drops them if slower."""
+    alternate = Alternation(timer or default_timer(model), rounds, reps)
+    chosen: dict[str, dict[str, str]] = {}
+    for name, step in steps.items():
+        runs = ran.get(name, set())
+        if not runs:
+            continue
+        options = {GEMM_TIMES: {p: winners[p] for p in runs & kept}, EVERY: {p: winners[p] for p in runs}}
+        if options[GEMM_TIMES] == options[EVERY]:
+            del options[EVERY]
+        if not options[GEMM_TIMES]:
+            del options[GEMM_TIMES]
+        call = step_call(compiled, step)
+        calls = {"torch": (call, torchs.active), "torch (control)": (call, torchs.active)}
+        for label, choices in options.items():
+            override = tuned if label == EVERY else Override(lambda p, c=choices: c.get(_canonical(p), ""))
+            calls[label] = (call, override.active)
+        times = alternate.run(calls)
+        noise = abs(1 - ratio(times, "torch", "torch (control)"))
+        speeds = {label: ratio(times, "torch", label) for label in options}
+        pick = ""
+        if EVERY in speeds and speeds[EVERY] > max(1 + max(tolerance, noise), speeds.get(GEMM_TIMES, 0.0)):
+            pick = EVERY
+        elif GEMM_TIMES in speeds and speeds[GEMM_TIMES] >= 1 - tolerance:
+            pick = GEMM_TIMES
+        report.whole[name] = WholeStep(pick, speeds, noise)
+        chosen[name] = options.get(pick, {})
+        if pick:
+            report.steps[name] = speeds[pick]
+        if pick == EVERY:
+            report.by_step.update(p for p in options[EVERY] if p not in options.get(GEMM_TIMES, {}))
+    keeping = {p: c for choices in chosen.values() for p, c in choices.items()}
+    for name, choices in chosen.items():  # not kept where a step that runs it keeps torch's
+        for problem in ran[name] - set(choices):
+            keeping.pop(problem, None)
+    for name, choices in chosen.items():
+        left = {p: c for p, c in choices.items() if p in keeping}
+        if left == choices or not left:
+            if choices and not left:
+                report.dropped[name] = len(choices)
+            continue
+        chosen_left = Override(lambda p, c=left: c.get(_canonical(p), ""))
+        call = step_call(compiled, steps[name])
+        times = alternate.run({"torch": (call, torchs.active), "kept": (call, chosen_left.active)})
+        report.steps[name] = ratio(times, "torch", "kept")
+        if report.steps[name] < 1 - tolerance:
+            report.dropped[name] = len(choices)
+            keeping = {p: c for p, c in keeping.items() if p not in left}
+    return keeping
 
 
 def _store(report: CompiledReport) -> int:
@@ -352,10 +428,13 @@ def _store(report: CompiledReport) -> int:
                 key = CacheKey.make(spec.name, spec.source_hash, device.key, _problem(problem))
                 entry = store.get(key) or shipped.get(key)
                 if entry is None:
+                    report.unstored += 1
                     continue
                 kept = problem in report.kept
-                record: dict[str, Any] = {"kept": "choice" if kept else "torch", "choice": verdict.choice,
-                                          "step": verdict.step, "noise": round(verdict.noise, 6)}  # fmt: skip
+                choice = report.kept.get(problem, verdict.choice)
+                record: dict[str, Any] = {"kept": "choice" if kept else "torch", "choice": choice,
+                                          "step": verdict.step, "noise": round(verdict.noise, 6),
+                                          "by": "step" if problem in report.by_step else "gemm"}  # fmt: skip
                 if verdict.ms:
                     record["ms"] = {"choice": verdict.ms.get(TUNED, 0.0), "torch": verdict.ms.get(BEFORE, 0.0)}
                 store.put(with_compiled(entry, record))

@@ -94,7 +94,8 @@ IN_STEP = "in_step_"
 # the compiled step (tunekit.evaluation.compiled_step), as flat fields under this prefix: kept ("choice": Inductor's
 # candidate `choice`, or "torch": torch's GEMM, the default mode's), choice (the candidate as canonical JSON: its
 # template's uid and parameters; it can only select among the candidates Inductor itself offers), step, noise (the
-# control's spread), and ms_<serving> (ms per step run of the problem's GEMMs under "choice" and "torch").
+# control's spread), by ("gemm": its GEMMs ran faster with it; "step": the whole step did, where the host bounds it),
+# and ms_<serving> (ms per step run of the problem's GEMMs under "choice" and "torch").
 COMPILED = "compiled_"
 BAD_STATUSES = ("wrong", "failed")
 
