@@ -115,7 +115,8 @@ def main() -> None:
     parser.add_argument("--max-autotune-steps", default="decode,prefill", help="steps timed with max-autotune too")
     parser.add_argument("--tune-budget", type=float, default=0.0,
                         help="seconds: tune_model(compiled=True) on the step (eager tune, then the compiled verdicts); "
-                        "0: decide_compiled alone (stores verdicts only for problems with entries)")  # fmt: skip
+                        "0: decide_compiled alone (stores verdicts only for problems with entries); "
+                        "-1: no tuned phase")  # fmt: skip
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.recompile_limit = 64
@@ -142,6 +143,10 @@ def main() -> None:
             print(f"{name} {variant}: first call {first[variant]:.1f} s", flush=True)
         before = alternate(models, step, opts.rounds)
 
+        if opts.tune_budget < 0:  # out of the box only (what the store and the packs hold)
+            result["steps"][name] = {"before": before, "first_call_s": first}
+            (OUT / f"compiled_choices_{opts.model}.json").write_text(json.dumps(result, indent=1, default=str))
+            continue
         tuned_model = copy.deepcopy(base)
         patch(tuned_model)
         t0 = time.perf_counter()
@@ -183,14 +188,15 @@ def main() -> None:
     print(f"{'step':8} {'variant':26} {'ms':>8} {'vs compile':>11} {'vs eager':>9} {'1st call s':>11}")
     for name, row in result["steps"].items():
         for phase in ("before", "after"):
-            for variant, r in row[phase].items():
+            for variant, r in row.get(phase, {}).items():
                 again = phase == "after" and variant != "tunekit (tuned)"
                 label = f"{variant} (2nd)" if again else variant
                 first_s = row["first_call_s"].get(variant)
                 shown = "" if first_s is None or again else f"{first_s:.1f}"
                 speed = f"{r['ms']:8.3f} {r['vs_compile']:11.3f} {r['vs_eager']:9.3f}"
                 print(f"{name:8} {label:26} {speed} {shown:>11}")
-        print(f"{name:8} decide_compiled {row['decide_s']:.1f} s, {row['kept']} of {row['searched']} kept")
+        if "decide_s" in row:
+            print(f"{name:8} decide_compiled {row['decide_s']:.1f} s, {row['kept']} of {row['searched']} kept")
 
 
 if __name__ == "__main__":
