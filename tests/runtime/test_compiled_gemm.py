@@ -219,6 +219,8 @@ def test_show_says_what_a_compiled_graph_runs_for_the_problem() -> None:
     kept = compiled_text(entry(PROBLEM, kept="choice", choice=TILE, step="decode", ms={"choice": 0.2, "torch": 0.25}))
     assert kept is not None and kept.startswith("compiled (decode): Inductor's candidate") and "torch 0.2500" in kept
     assert compiled_text(entry(PROBLEM, kept="torch", choice=TILE, step="decode")) == "compiled (decode): torch's GEMM"
+    by_step = compiled_text(entry(PROBLEM, kept="choice", choice=TILE, step="decode", by="step"))
+    assert by_step is not None and "(kept for the whole step's time)" in by_step
 
 
 def test_an_under_compile_record_is_flat_so_a_database_reads_it_back(tmp_path) -> None:

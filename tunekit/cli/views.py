@@ -160,6 +160,8 @@ def compiled_text(entry: Entry) -> str | None:
     if "kept" not in fields:
         return None
     kept = "Inductor's candidate " + printable(str(fields.get("choice", "?"))) if fields["kept"] == "choice" else ""
+    if kept and fields.get("by") == "step":  # its GEMMs alone were not faster: the host-bound step was
+        kept += " (kept for the whole step's time)"
     times = ", ".join(
         f"{printable(name[len('ms_') :])} {ms:.4f}"
         for name, ms in fields.items()
