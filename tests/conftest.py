@@ -17,18 +17,14 @@ settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
-if os.environ.get("TUNEKIT_TEST_SANITIZE_OVERFLOW") != "1":
-    # Triton's interpreter checks every int32 add, sub and mul of a kernel for overflow by redoing it in int64: a
-    # third of an interpreted launch's time (a tiny Llama's conformance check: 1.45 s with it, 0.96 s without). The
-    # tests' tensors are far too small to overflow an int32 offset; the kernels' int64-offset paths are tested by
-    # lowering their limit (INT32_LIMIT). TUNEKIT_TEST_SANITIZE_OVERFLOW=1 keeps the check.
-    import dataclasses
 
-    from triton.runtime import interpreter
+def _fast_interpreter() -> bool:
+    import fast_interpreter  # (tests/fast_interpreter.py: what it changes and why), after the backend is chosen
 
-    interpreter.interpreter_builder.options = dataclasses.replace(
-        interpreter.interpreter_builder.options, sanitize_overflow=False
-    )
+    return fast_interpreter.install()
+
+
+FAST_INTERPRETER = _fast_interpreter()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One worker per core (the test command's -n auto): torch's own intra-op threads would oversubscribe them.
