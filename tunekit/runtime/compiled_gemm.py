@@ -3,9 +3,10 @@
 Compile's default mode lowers every GEMM to torch's (cuBLAS through aten::mm); max-autotune times Inductor's
 candidates (its Triton templates at a dozen tiles, a split-K decomposition, torch's GEMM) for every GEMM of every
 compile, tens of seconds per model. Here that search runs once, when a model is tuned under compile
-(`searching`): the winner is the problem's candidate, and it is kept only where the compiled step, profiled, ran
-the problem's GEMMs faster with it than with torch's (tunekit.evaluation.compiled_step). The kept choice is stored
-with the problem's entry (`compiled_*` fields: tunekit.store.entry.with_compiled).
+(`searching`): its fastest Triton template is the problem's candidate, kept only where the compiled step ran faster
+with it than with torch's GEMM, by its GEMMs' time in a profile or by the whole step's where the host bounds it
+(tunekit.evaluation.compiled_step). The kept choice is stored with the problem's entry (`compiled_*` fields:
+tunekit.store.entry.with_compiled).
 
 A later compile of a patched model finds the choice when it traces the linear (`linear`) and calls
 `tunekit::inductor_mm(a, b, choice)` there; its lowering hands Inductor exactly that one candidate, so nothing is
