@@ -94,7 +94,7 @@ def kernels_per_call(model: Any, ids: torch.Tensor, calls: int = 5) -> tuple[flo
     return len(events) / calls, sum(e.device_time for e in events) / calls / 1e3
 
 
-def guard_checks(models: dict[str, Any], bases: dict[str, torch.nn.Module], ids: torch.Tensor) -> dict[str, Any]:
+def guard_checks(bases: dict[str, torch.nn.Module], ids: torch.Tensor) -> dict[str, Any]:
     forward = next(iter(bases.values())).forward.__func__
     code = forward.__code__
     entries = _debug_get_cache_entry_list(code)
@@ -178,7 +178,7 @@ def main() -> None:
         }
         row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms, first_s=first_s[name])
         result["variants"][name] = row
-    result["guards"] = guard_checks(models, bases, ids)
+    result["guards"] = guard_checks(bases, ids)
     (OUT / f"compiled_host_{opts.model}.json").write_text(json.dumps(result, indent=1))
     for name, row in list(result["variants"].items())[:3]:
         print(f"== {name}: python calls/call {row['python_calls_per_call']:.0f}")
