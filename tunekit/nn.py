@@ -8,6 +8,7 @@ runs torch's own forward: swapping a module in never breaks a model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,15 @@ def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, shape, weight, eps)
 
 
+SWAPPED_FROM = "_tunekit_swapped_from"  # on a class tunekit.patch derived for a swap: the class it derives from
+
+
+def own_forward(module: torch.nn.Module) -> Callable[..., Any]:
+    """The forward of the module's own class (the one tunekit.patch derived the module's class from, if it did)."""
+    cls = type(module)
+    return getattr(cls, SWAPPED_FROM, cls).forward
+
+
 def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A norm of model code that tunekit.patch found to compute normalize(x) * (weight + offset) (+ bias) over the
     last dim; `_tunekit_norm` holds ("rms" or "layer", eps, offset). Calls the kernels cannot take run the
@@ -70,7 +80,7 @@ def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor
     assert weight is not None  # patch only marks modules with a weight
     op = "rms_norm" if statistics == "rms" else "layer_norm"
     if traces_as_model_code(op) or not runs_here(x, weight, bias):
-        return type(module).forward(module, x)
+        return own_forward(module)(module, x)
     scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
     if statistics == "rms":
         return ops.rms_norm(x, tuple(weight.shape), scale, eps)
@@ -131,4 +141,4 @@ def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], weight.shape[1])
     if not traces_as_model_code("matmul") and runs_here(x, weight, bias):
         return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
-    return apply_activation(type(module).forward(module, x), activation)  # its own forward, then the fused act
+    return apply_activation(own_forward(module)(module, x), activation)  # its own forward, then the fused act

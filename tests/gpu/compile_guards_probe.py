@@ -4,7 +4,7 @@ the host). Compiles a 2-layer Llama (transformers, random weights) with backend 
 on the backend), then times the guard check of the cached frame alone, in alternation, and counts its guards.
 Runs anywhere; in Triton's interpreter on a CPU:
 
-    TRITON_INTERPRET=1 python tests/gpu/compile_guards_probe.py [--hidden 64] [--rounds 5] [--full-call]
+    TRITON_INTERPRET=1 python tests/gpu/compile_guards_probe.py [--hidden 64] [--layers 2] [--rounds 5] [--full-call]
 
 --full-call also times whole calls of the two compiled models (backend "eager", so Dynamo's frame, its guards and
 the graph's ops run eagerly), interleaved: all host cost of the compiled call, not only the guards.
@@ -67,10 +67,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--full-call", action="store_true")
+    parser.add_argument("--layers", type=int, default=2)  # guards grow with the modules: a deployed depth
     opts = parser.parse_args()
     torch.manual_seed(0)
     config = LlamaConfig(
-        hidden_size=opts.hidden, intermediate_size=opts.hidden * 3 // 2, num_hidden_layers=2,
+        hidden_size=opts.hidden, intermediate_size=opts.hidden * 3 // 2, num_hidden_layers=opts.layers,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
     )  # fmt: skip
     base = LlamaForCausalLM(config).eval()

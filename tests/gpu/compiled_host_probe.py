@@ -7,7 +7,8 @@ alternation:
 then per variant: Python function calls per call (cProfile), CUDA kernels per call (profiler), and Dynamo's cache
 entries on the forward's code object with their guard-check times.
 
-    python tests/gpu/compiled_host_probe.py --model gemma [--rounds 7]
+    python tests/gpu/compiled_host_probe.py --model gemma [--rounds 7]   # a family's widths, or a pack's model:
+    python tests/gpu/compiled_host_probe.py --model llama-3-8b --variants "compile,tunekit,max-autotune"
 
 Prints the table last; JSON under $OUT.
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from model_transfer import held_out
+from model_transfer import SIZES, WIDTHS, held_out
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from tunekit.integrations.patching import patch
@@ -36,11 +37,20 @@ OPTIONS: dict[str, Any] = {
     "compile": None,
     "compile (control)": {"max_autotune_gemm": False},
     "tunekit": {"epilogue_fusion": True},
+    "tunekit (again)": {"epilogue_fusion": True, "pattern_matcher": True},
     # what Inductor's GEMM search alone buys (no pointwise or reduction tuning), with cuBLAS among the candidates
     # and without it (a Triton template's launch costs the host less than an extern cuBLAS call)
     "gemm-autotune": {"max_autotune_gemm": True},
     "gemm-autotune-triton": {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON"},
+    "gemm-autotune-triton (again)": {
+        "max_autotune_gemm": True,
+        "max_autotune_gemm_backends": "TRITON",
+        "pattern_matcher": True,
+    },
     "max-autotune": "max-autotune-no-cudagraphs",
+    # max-autotune's other parts: the pointwise and reduction kernels' configs, searched by coordinate descent
+    "coordinate-descent": {"coordinate_descent_tuning": True},
+    "tunekit + coordinate-descent": {"coordinate_descent_tuning": True, "epilogue_fusion": True},
 }
 QUEUED = 20
 
@@ -70,7 +80,7 @@ def queued(model: Any, ids: torch.Tensor) -> tuple[float, float]:
     return start.elapsed_time(end) / QUEUED, host
 
 
-def python_calls(model: Any, ids: torch.Tensor, calls: int = 50) -> tuple[float, list[str]]:
+def python_calls(model: Any, ids: torch.Tensor, calls: int = 50) -> tuple[float, list[str], list[str]]:
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(calls):
@@ -82,16 +92,34 @@ def python_calls(model: Any, ids: torch.Tensor, calls: int = 50) -> tuple[float,
     top = [
         f"{v[1] / calls:6.1f} calls {v[2] / calls * 1e6:7.1f} us  {k[0].split('/')[-1]}:{k[1]}({k[2]})" for k, v in rows
     ]
-    return stats.total_calls / calls, top  # type: ignore[attr-defined]
+    wrappers = [k[0] for k in stats.stats if k[2] == "call" and "torchinductor" in k[0]]  # type: ignore[attr-defined]
+    return stats.total_calls / calls, top, wrappers  # type: ignore[attr-defined]
 
 
-def kernels_per_call(model: Any, ids: torch.Tensor, calls: int = 5) -> tuple[float, float]:
+def kernels_per_call(model: Any, ids: torch.Tensor, calls: int = 5) -> tuple[float, float, dict[str, list[float]]]:
+    """(kernels, GPU ms, {kernel name: [launches, GPU us]}) per call."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             model(ids, use_cache=False)
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(events) / calls, sum(e.device_time for e in events) / calls / 1e3
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        row = by_name.setdefault(e.name[:120], [0.0, 0.0])
+        row[0] += 1 / calls
+        row[1] += e.device_time / calls
+    return len(events) / calls, sum(e.device_time for e in events) / calls / 1e3, by_name
+
+
+def host_ops(model: Any, ids: torch.Tensor, calls: int = 20) -> str:
+    """The host side by op (the profiler's CPU events: Dynamo's cache lookup, each aten op, each CUDA launch),
+    self time per call, as the profiler's table."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            model(ids, use_cache=False)
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70)
 
 
 def guard_checks(bases: dict[str, torch.nn.Module], ids: torch.Tensor) -> dict[str, Any]:
@@ -131,20 +159,30 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="gemma")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers of a pack's model")
     parser.add_argument("--variants", default="compile,compile (control),tunekit")
+    parser.add_argument("--host-ops", action="store_true", help="save each variant's host time by op under $OUT")
+    parser.add_argument("--wrappers", action="store_true", help="save each variant's generated call under $OUT")
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.automatic_dynamic_shapes = False
-    base, ids = held_out(opts.model)
+    if opts.model in WIDTHS:
+        base, all_ids = held_out(opts.model)
+        ids = all_ids["decode"]
+    else:  # a pack's model: the packs' verdicts serve it
+        from tunekit.evaluation.model_packs import PACK_MODELS, build_pack_model
+
+        base = build_pack_model(opts.model, "cuda", layers=opts.layers)
+        vocab = PACK_MODELS[opts.model].widths["vocab_size"]
+        ids = torch.randint(0, vocab, SIZES["decode"], generator=torch.Generator().manual_seed(1)).to("cuda")
     base.eval()
-    ids = ids["decode"]
     bases, models = {}, {}
     torch.set_grad_enabled(False)
     first_s = {}
     for name in opts.variants.split(","):
         options = OPTIONS[name]
         bases[name] = copy.deepcopy(base)
-        if name == "tunekit":
+        if name.startswith("tunekit"):
             print(patch(bases[name]))
         if isinstance(options, str):
             models[name] = torch.compile(bases[name], mode=options)
@@ -170,21 +208,27 @@ def main() -> None:
             times[name]["host"].append(host)
     result: dict[str, Any] = {"model": opts.model, "device": torch.cuda.get_device_name(), "variants": {}}
     for name, m in models.items():
-        calls, top = python_calls(m, ids)
-        kernels, kernel_ms = kernels_per_call(m, ids)
+        calls, top, wrappers = python_calls(m, ids)
+        for i, wrapper in enumerate(wrappers[:1] if opts.wrappers else []):  # Inductor's generated call, to diff
+            (OUT / f"wrapper_{name.replace(' ', '_')}_{i}.py").write_text(Path(wrapper).read_text())
+        kernels, kernel_ms, by_name = kernels_per_call(m, ids)
         row = {k: statistics.median(v) for k, v in times[name].items()}
+        row["rounds"] = times[name]
         row["vs_compile"] = {
             k: statistics.median(a / b for a, b in zip(times["compile"][k], v)) for k, v in times[name].items()
         }
         row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms, first_s=first_s[name])
+        row["kernel_names"] = by_name
+        if opts.host_ops:
+            (OUT / f"host_ops_{name.replace(' ', '_')}.txt").write_text(host_ops(m, ids))
         result["variants"][name] = row
     result["guards"] = guard_checks(bases, ids)
-    (OUT / f"compiled_host_{opts.model}.json").write_text(json.dumps(result, indent=1))
+    (OUT / f"compiled_host_{opts.model}_{opts.layers}l.json").write_text(json.dumps(result, indent=1))
     for name, row in list(result["variants"].items())[:3]:
         print(f"== {name}: python calls/call {row['python_calls_per_call']:.0f}")
         print("\n".join(row["top"]))
     print(json.dumps(result["guards"])[:3000])
-    print(f"{opts.model} decode {tuple(ids.shape)}")
+    print(f"{opts.model} ({opts.layers} layers) decode {tuple(ids.shape)}")
     print(
         "| variant | step ms | gpu ms | host ms | step vs compile | gpu vs | host vs | kernels | kernel ms | first s |"
     )

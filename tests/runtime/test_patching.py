@@ -4,9 +4,11 @@ in the interpreter: patched logits and gradients match the unpatched model, unpa
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from tunekit import nn as tk_nn
 from tunekit.integrations.patching import patch, unpatch
@@ -107,6 +109,74 @@ def test_no_class_is_mutated():
     assert {cls: cls.forward for cls in before} == before
     fresh = torch.nn.Linear(4, 4)
     assert "forward" not in fresh.__dict__
+
+
+def test_a_swap_derives_the_modules_class_and_unpatch_restores_it():
+    model = _llama()
+    before = {path: type(m) for path, m in model.named_modules()}
+    report = patch(model)
+    modules = dict(model.named_modules())
+    swapped = {path for path, kind in report.swapped if kind in ("Linear", "RMSNorm (by structure)")}
+    assert len(swapped) == 7 * LAYERS + 1 + 2 * LAYERS + 1  # projections and lm_head, norms and the final norm
+    for path in swapped:
+        module, cls = modules[path], before[path]
+        assert type(module) is not cls and isinstance(module, cls) and type(module).__name__ == cls.__name__
+        assert "forward" not in module.__dict__  # on the class: torch.compile guards no instance forward
+    assert len({type(modules[p]) for p in swapped if before[p] is torch.nn.Linear}) == 1  # one class per kind
+    unpatch(model)
+    assert {path: type(m) for path, m in model.named_modules()} == before
+
+
+def test_a_patched_model_pickles_and_loads_patched():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(48, 48), torch.nn.LayerNorm(48), _PlainRMSNorm(48), torch.nn.Linear(48, 8)
+    )  # fmt: skip
+    patch(model)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(5, 48)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    assert [type(m) for m in loaded] == [type(m) for m in model]  # still swapped, as the same classes
+    assert unpatch(loaded) == 4
+    assert [type(m) for m in loaded] == [torch.nn.Linear, torch.nn.LayerNorm, _PlainRMSNorm, torch.nn.Linear]
+
+
+def _guard_lines(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    """Lines of Dynamo's guards on the compiled forward of `model` (backend "eager": the guards are the same)."""
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        compiled(ids, use_cache=False)
+    forward = model.forward.__func__
+    frame = {"self": model, "args": (ids,), "kwargs": {"use_cache": False}, "func": forward.__wrapped__}
+    with torch.no_grad():
+        entries = [e for e in _debug_get_cache_entry_list(forward.__code__) if e.guard_manager.check(frame)]
+    assert len(entries) == 1
+    return len(str(entries[0].guard_manager).splitlines())
+
+
+def test_a_patched_model_compiles_with_about_the_guards_of_the_model_alone():
+    # Dynamo checks every guard on every compiled call: with an instance forward per swapped module, a patched
+    # 32-layer Llama checked 1.9x the guards of the model alone (257 vs 133 us per call on a 2-core CPU).
+    torch.manual_seed(0)
+    ids = torch.randint(0, VOCAB, (2, 1))
+    lines = {}
+    for layers in (1, 3):
+        for patched in (False, True):
+            config = transformers.LlamaConfig(
+                hidden_size=WIDTH, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=HEADS,
+                num_key_value_heads=2, vocab_size=VOCAB,
+            )  # fmt: skip
+            model = transformers.LlamaForCausalLM(config).eval()
+            if patched:
+                patch(model)
+            lines[layers, patched] = _guard_lines(model, ids)
+    per_layer = {patched: (lines[3, patched] - lines[1, patched]) / 2 for patched in (False, True)}
+    assert per_layer[True] <= 1.2 * per_layer[False], (lines, per_layer)
+    assert lines[1, True] <= 1.3 * lines[1, False], lines
 
 
 class _OffsetRMSNorm(torch.nn.Module):

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from tunekit.integrations.patching_probes import can_probe, error, probe_input, tensors_of
+from tunekit.nn import own_forward
+from tunekit.runtime.hotpath import traces_as_model_code
 
 _LOG = logging.getLogger("tunekit.patch")
 # Values within these of the original's (error relative to its largest value): a semantic mismatch (another
@@ -141,23 +143,36 @@ def _input_of(x: torch.Tensor, weight: torch.Tensor | None) -> str:
     return f"input {dtypes_of(x)} ({x.dim()}-D){held}"
 
 
-def guarded_forward(tunekit_forward: Callable[..., Any], guard: CallGuard) -> Callable[..., Any]:
-    """A module's instance forward running `tunekit_forward(module, x)` for call signatures (x and the module's
-    weight) where it conforms to the class's own forward, and the class's own forward for every other call."""
+GUARD = "_tunekit_guard"  # on a module swapped by probing: its CallGuard
+_guarded: dict[tuple[Callable[..., Any], str], Callable[..., Any]] = {}
+
+
+def guarded_forward(tunekit_forward: Callable[..., Any], op: str) -> Callable[..., Any]:
+    """The forward of a class tunekit.patch derived for a swap decided by probing: `tunekit_forward(module, x)` for
+    call signatures (x and the module's weight) where it conforms to the class's own forward, as the module's
+    CallGuard (instance attribute GUARD) found, and the own forward for every other call. Traced by torch.compile
+    where `op` traces as model code, the own forward before anything of the module is read: Dynamo guards each
+    attribute a trace reads, and checks those guards on every compiled call. One function per (forward, op), so
+    the modules swapped alike share one class."""
+    known = _guarded.get((tunekit_forward, op))
+    if known is not None:
+        return known
 
     def forward(self: torch.nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs or not isinstance(x, torch.Tensor):
-            return type(self).forward(self, x, *args, **kwargs)
+        own = own_forward(self)
+        if args or kwargs or not isinstance(x, torch.Tensor) or traces_as_model_code(op):
+            return own(self, x, *args, **kwargs)
+        guard: CallGuard = self.__dict__[GUARD]
         weight = self._parameters.get("weight")
         sig = signature(x, weight)
         runs = guard.verdict(sig)
         if runs is None:
-            own = type(self).forward
             runs = guard.check(
                 sig, lambda: tunekit_forward(self, x), lambda: own(self, x), lambda: _input_of(x, weight)
             )
-        return tunekit_forward(self, x) if runs else type(self).forward(self, x)
+        return tunekit_forward(self, x) if runs else own(self, x)
 
+    _guarded[(tunekit_forward, op)] = forward
     return forward
 
 
@@ -174,7 +189,7 @@ def check_module_dtypes(
     key = (type(module), weight.dtype, tuple(weight.shape), sig)
     if key not in _module_conformance:
         try:
-            own = type(module).forward
+            own = own_forward(module)
             _module_conformance[key] = compare(lambda: tunekit_forward(module, x), lambda: own(module, x))
         except Exception:  # its own forward fails on the probe: its first real call decides
             return

@@ -36,6 +36,7 @@ class Swap:
     forward: Callable[..., Any]
     attrs: dict[str, object] = field(default_factory=dict)
     probed_width: int | None = None  # decided by probing on inputs this wide: guarded at the call (patching_guard)
+    op: str = ""  # the tunekit op it runs, where probed (a compiled trace runs the own forward unless the op traces)
 
 
 def _own_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -86,7 +87,8 @@ def _found_norm(module: torch.nn.Module) -> Swap | None:
 
             if computes(module, weight.shape[0], weight, formula):
                 attrs: dict[str, object] = {"_tunekit_norm": (statistics, eps, offset)}
-                return Swap(kind, tk_nn.found_norm_forward, attrs, probed_width=weight.shape[0])
+                op = "rms_norm" if statistics == "rms" else "layer_norm"
+                return Swap(kind, tk_nn.found_norm_forward, attrs, probed_width=weight.shape[0], op=op)
     return None
 
 
@@ -103,7 +105,7 @@ def _found_input_by_output_projection(module: torch.nn.Module) -> Swap | None:
         found = computes(module, weight.shape[0], weight, lambda x: torch.addmm(bias.float(), x, weight.float()))
     if not found:
         return None
-    return Swap("Linear [in, out] (by structure)", tk_nn.matmul_forward, probed_width=weight.shape[0])
+    return Swap("Linear [in, out] (by structure)", tk_nn.matmul_forward, probed_width=weight.shape[0], op="matmul")
 
 
 def _near_miss(module: torch.nn.Module) -> str | None:
