@@ -208,6 +208,24 @@ class _SquaredWeightRMSNorm(_OffsetRMSNorm):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.square()
 
 
+class _FinalRMSNorm(_PlainRMSNorm):
+    """A class that refuses subclasses: tunekit cannot derive the class its swap needs."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        raise TypeError("final")
+
+
+def test_a_module_whose_class_refuses_subclasses_is_skipped_and_runs_as_before():
+    model = torch.nn.Sequential(_FinalRMSNorm(48), _PlainRMSNorm(48))
+    x = torch.randn(5, 48)
+    expected = model(x)
+    report = patch(model)
+    assert report.swapped == [("1", "RMSNorm (by structure)")]
+    assert report.skipped == [("0", "its class cannot be derived (TypeError: final)")]
+    assert type(model[0]) is _FinalRMSNorm and "_tunekit_patch" not in model[0].__dict__
+    torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_rmsnorm_is_recognized_by_what_it_computes():
     # Gemma's (1 + weight) form is recognized as such (it was skipped before tunekit ran it); a form tunekit does
     # not run is still skipped.

@@ -118,14 +118,18 @@ def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
     if isinstance(found, str):
         report.skipped.append((path, found))
     elif found is not None:
+        op = None if found.probed_width is None else found.op
+        try:
+            swapped = _swapped_class(type(module), found.forward, op)
+        except Exception as failure:  # a class that refuses subclasses (its __init_subclass__ or metaclass)
+            report.skipped.append((path, f"its class cannot be derived ({type(failure).__name__}: {failure})"))
+            return
         module.__dict__.update(found.attrs)
-        forward = found.forward
         if found.probed_width is not None:
             guard = CallGuard(path, found.kind, report.skipped)
-            check_module_dtypes(module, forward, guard, found.probed_width)
+            check_module_dtypes(module, found.forward, guard, found.probed_width)
             module.__dict__[GUARD] = guard
-        op = None if found.probed_width is None else found.op
-        module.__class__ = _swapped_class(type(module), forward, op)
+        module.__class__ = swapped
         module.__dict__[_MARK] = found.kind
         report.swapped.append((path, found.kind))
 
