@@ -116,8 +116,9 @@ def test_a_swap_derives_the_modules_class_and_unpatch_restores_it():
     before = {path: type(m) for path, m in model.named_modules()}
     report = patch(model)
     modules = dict(model.named_modules())
-    swapped = {path for path, kind in report.swapped if kind in ("Linear", "RMSNorm (by structure)")}
-    assert len(swapped) == 7 * LAYERS + 1 + 2 * LAYERS + 1  # projections and lm_head, norms and the final norm
+    swapped = {path for path, kind in report.swapped if kind != "next-token loss (by probe)"}
+    # projections and lm_head, norms and the final norm, each layer's attention (RoPE)
+    assert len(swapped) == 7 * LAYERS + 1 + 2 * LAYERS + 1 + LAYERS
     for path in swapped:
         module, cls = modules[path], before[path]
         assert type(module) is not cls and isinstance(module, cls) and type(module).__name__ == cls.__name__
@@ -175,7 +176,7 @@ def test_a_patched_model_compiles_with_about_the_guards_of_the_model_alone():
                 patch(model)
             lines[layers, patched] = _guard_lines(model, ids)
     per_layer = {patched: (lines[3, patched] - lines[1, patched]) / 2 for patched in (False, True)}
-    assert per_layer[True] <= 1.2 * per_layer[False], (lines, per_layer)
+    assert per_layer[True] <= 1.1 * per_layer[False], (lines, per_layer)
     assert lines[1, True] <= 1.3 * lines[1, False], lines
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import types
 
 import pytest
 import torch
@@ -156,7 +157,7 @@ def test_mixed_dtype_rope_keeps_the_models_cast_back() -> None:
     reference = copy.deepcopy(attention)
     found = patching_rope.rope_forward(attention)
     assert found is not None and found[1] == ["apply_rotary_pos_emb"]
-    attention.forward = found[0]
+    attention.forward = types.MethodType(found[0], attention)
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, 5, 64, generator=generator).bfloat16()
     cos, sin = torch.randn(2, 5, 16, generator=generator), torch.randn(2, 5, 16, generator=generator)

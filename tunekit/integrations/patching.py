@@ -29,8 +29,8 @@ A swapped module gets a class derived from its own (same name, `isinstance` hold
 mark, so patching twice changes nothing and `unpatch` restores every module's class and activation exactly; its
 class, and every other module's, is never changed. Not an instance `forward`: torch.compile guards a bound method
 in an instance's dict (its code, defaults and owner) on every compiled call, about twice compile alone's guard time
-on a 32-layer Llama, where a derived class costs the one type check it already makes. RoPE's forward, a copy of
-its function over per-instance globals, stays on the instance.
+on a 32-layer Llama, where a derived class costs the one type check it already makes. RoPE's swap keeps its
+function over per-instance globals on the instance; its derived class's forward calls it.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from tunekit.integrations.patching_fusion import fuse_in, unfuse
 from tunekit.integrations.patching_guard import GUARD, CallGuard, check_module_dtypes, guarded_forward
 from tunekit.integrations.patching_kinds import classify
 from tunekit.integrations.patching_loss import patch_loss, unpatch_loss
-from tunekit.integrations.patching_rope import rope_forward
+from tunekit.integrations.patching_rope import ROPE, rope_forward, rope_on_tunekit
 from tunekit.nn import SWAPPED_FROM
 
 __all__ = ["PatchReport", "patch", "unpatch"]
 
 _MARK = "_tunekit_patch"  # on a swapped module: what it was swapped as
-_SWAP_ATTRS = ("forward", "_tunekit_norm", GUARD)  # what a swap may set on the instance besides the mark
+_SWAP_ATTRS = ("_tunekit_norm", GUARD, ROPE)  # what a swap may set on the instance besides the mark and class
 # (a module's class, tunekit's forward, the op it guards for or None) -> the derived class
 _CLASSES: dict[tuple[type, Callable[..., Any], str | None], type] = {}
 _RECIPE = "_tunekit_swap"  # on a derived class: its key in _CLASSES
@@ -112,6 +112,17 @@ def _reduce_swapped(module: torch.nn.Module, protocol: int) -> tuple[Any, ...]:
     return (_new_swapped, type(module).__dict__[_RECIPE], *rest)
 
 
+def _derived(
+    module: torch.nn.Module, path: str, forward: Callable[..., Any], op: str | None, report: PatchReport
+) -> type | None:
+    """The class a swap gives `module` (`_swapped_class`), or None, with the reason in the report."""
+    try:
+        return _swapped_class(type(module), forward, op)
+    except Exception as failure:  # a class that refuses subclasses (its __init_subclass__ or metaclass)
+        report.skipped.append((path, f"its class cannot be derived ({type(failure).__name__}: {failure})"))
+        return None
+
+
 def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
     """Swap one leaf module if it is a kind tunekit runs; record why one that looks like it is left."""
     found = classify(module)
@@ -119,10 +130,8 @@ def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
         report.skipped.append((path, found))
     elif found is not None:
         op = None if found.probed_width is None else found.op
-        try:
-            swapped = _swapped_class(type(module), found.forward, op)
-        except Exception as failure:  # a class that refuses subclasses (its __init_subclass__ or metaclass)
-            report.skipped.append((path, f"its class cannot be derived ({type(failure).__name__}: {failure})"))
+        swapped = _derived(module, path, found.forward, op, report)
+        if swapped is None:
             return
         module.__dict__.update(found.attrs)
         if found.probed_width is not None:
@@ -156,8 +165,11 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
     for path, module in list(model.named_modules()):
         guard = CallGuard(path, _ROPE, report.skipped)
         found = None if module.__dict__.get(_MARK) is not None else rope_forward(module, guard)
-        if found is not None:
-            module.__dict__["forward"], module.__dict__[_MARK] = found[0], _ROPE
+        swapped = None if found is None else _derived(module, path, rope_on_tunekit, None, report)
+        if found is not None and swapped is not None:
+            module.__dict__[ROPE] = (found[0], guard)
+            module.__class__ = swapped
+            module.__dict__[_MARK] = _ROPE
             report.swapped.append((path, _ROPE))
     # the model's own loss (a submodule's loss_function is never called for it)
     if patch_loss(model, CallGuard("", _LOSS, report.skipped)):

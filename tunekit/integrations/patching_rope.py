@@ -2,11 +2,12 @@
 
 Attention code applies RoPE by calling a module-level function (transformers' `apply_rotary_pos_emb(q, k, cos,
 sin)`: q*cos + rotate_half(q)*sin, and the same for k) that runs five or six torch kernels per tensor. A module
-whose class forward calls, by global name, a function that computes exactly that on a random probe gets an
-instance forward: the same code object with a copy of its globals in which that name is tunekit's op
-(`tunekit.ops.rotary_embedding`). The op's calls that it cannot take, and calls with other arguments than
-(q, k, cos, sin[, unsqueeze_dim]), run the original function. Recognized by what the function computes, never by
-a name; neither the class nor the module's globals are touched, so other instances run as before.
+whose class forward calls, by global name, a function that computes exactly that on a random probe runs the same
+code object over a copy of its globals in which that name is tunekit's op (`tunekit.ops.rotary_embedding`), held
+on the instance and called by the forward of a class derived from the module's (`rope_on_tunekit`). The op's
+calls that it cannot take, and calls with other arguments than (q, k, cos, sin[, unsqueeze_dim]), run the original
+function. Recognized by what the function computes, never by a name; neither the module's class nor its module's
+globals are changed, so other instances run as before.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from tunekit import ops
 from tunekit.integrations.patching_guard import CallGuard, Signature, compare, dtypes_of, signature
+from tunekit.nn import own_forward
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
@@ -29,11 +31,15 @@ _computes_rope: dict[Callable[..., Any], bool] = {}  # a function shared by ever
 _conformance: dict[tuple[Callable[..., Any], Signature], str | None] = {}
 
 
+ROPE = "_tunekit_rope"  # on a module whose RoPE is swapped: (its forward over the swapped globals, its CallGuard)
+
+
 def rope_forward(
     module: torch.nn.Module, guard: CallGuard | None = None
 ) -> tuple[Callable[..., Any], list[str]] | None:
-    """(the instance forward computing RoPE on tunekit's op, the global names replaced), or None. `guard` keeps
-    the verdicts per call signature (a new one when not given)."""
+    """(the module's class forward over a copy of its globals in which RoPE is tunekit's op, as a function of
+    (self, ...); the global names replaced), or None. `guard` keeps the verdicts per call signature (a new one when
+    not given)."""
     forward = getattr(type(module), "forward", None)
     if not isinstance(forward, types.FunctionType) or "forward" in module.__dict__:
         return None  # a wrapped forward (its code calls the inner function) or one replaced on the instance
@@ -48,18 +54,23 @@ def rope_forward(
     patched = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
     patched.__kwdefaults__ = forward.__kwdefaults__
     patched.__qualname__, patched.__doc__ = forward.__qualname__, forward.__doc__
+    return patched, names
 
-    def rope_on_tunekit(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        # Compiled with RoPE not swapped: the class's own forward, so the graph is compile alone's (dynamo also
-        # cannot guard on globals of a function whose globals are not its module's).
-        # A function swapped in a copy of the globals is no place for per-call checks under dynamo (it cannot
-        # guard on that function's closure): compiled, a module with a signature the op does not conform for
-        # runs its own code throughout.
-        mismatched = guard.mismatched and torch.compiler.is_compiling()  # the cheap test first: every call pays it
-        own = forward if mismatched or traces_as_model_code("rotary_embedding") else patched
+
+def rope_on_tunekit(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The forward of the class tunekit.patch derives for a module whose RoPE it swaps: the module's forward over
+    the swapped globals (instance attribute ROPE). Compiled with RoPE traced as model code, the class's own forward,
+    before anything of the module is read: the graph is compile alone's (Dynamo also cannot guard on globals of a
+    function whose globals are not its module's). A function swapped in a copy of the globals is no place for
+    per-call checks under Dynamo (it cannot guard on that function's closure): compiled, a module with a signature
+    the op does not conform for runs its own code throughout."""
+    own = own_forward(self)
+    if traces_as_model_code("rotary_embedding"):
         return own(self, *args, **kwargs)
-
-    return types.MethodType(rope_on_tunekit, module), names
+    patched, guard = self.__dict__[ROPE]
+    if guard.mismatched and torch.compiler.is_compiling():
+        return own(self, *args, **kwargs)
+    return patched(self, *args, **kwargs)
 
 
 def _is_rope(fn: object) -> bool:
