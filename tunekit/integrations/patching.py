@@ -26,11 +26,12 @@ model's dtypes at patch time and at the first call of any other signature); the 
 skipped, with the reason.
 
 A swapped module gets a class derived from its own (same name, `isinstance` holds) whose forward is tunekit's, and a
-mark, so patching twice changes nothing and `unpatch` restores every module's class and activation exactly; its
-class, and every other module's, is never changed. Not an instance `forward`: torch.compile guards a bound method
-in an instance's dict (its code, defaults and owner) on every compiled call, about twice compile alone's guard time
-on a 32-layer Llama, where a derived class costs the one type check it already makes. RoPE's swap keeps its
-function over per-instance globals on the instance; its derived class's forward calls it.
+mark, so patching twice changes nothing and `unpatch` restores every module's class and activation exactly; no
+class is modified (the derived one is new), and other modules keep theirs. Not an instance `forward`:
+torch.compile guards a bound method in an instance's dict (its code, defaults and owner) on every compiled call,
+about twice compile alone's guard time on a 32-layer Llama, where a derived class costs the one type check it
+already makes. RoPE's swap keeps its function over per-instance globals on the instance; its derived class's
+forward calls it.
 """
 
 from __future__ import annotations
