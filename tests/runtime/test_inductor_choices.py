@@ -172,6 +172,26 @@ def inductor(monkeypatch) -> Any:
     return InductorChoices
 
 
+def test_routing_again_under_another_wrapper_keeps_one_chain(problem, inductor) -> None:
+    """tunekit.runtime.compiled_gemm wraps the same method: routed, wrapped on top, routed again (a second
+    `tuned_gemm_choices`), each wrapper must still reach Inductor's own, not call the other in a loop."""
+    own = inductor_choices.inductor_finalize
+    below = inductor._finalize_template_configs
+
+    def on_top(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return below(self, *args, **kwargs)
+
+    inductor._finalize_template_configs = on_top
+    try:
+        inductor_choices.route_inductor_choices()
+        assert inductor._finalize_template_configs is on_top and inductor_choices.inductor_finalize is own
+        inputs = cuda_gemm_inputs(4096, 4000, 4000)
+        with inductor_choices.tuned_gemm_choices("inductor") as choices_class:
+            assert choices_class()._finalize_template_configs({}, inputs, TEMPLATES, "mm") is SEARCHED
+    finally:
+        inductor._finalize_template_configs = below
+
+
 @pytest.mark.parametrize("untuned", ["aten", "inductor"])
 def test_inductor_is_offered_the_tuned_tile_and_torchs_gemm(problem, untuned, inductor) -> None:
     inputs = cuda_gemm_inputs(4096, 4000, 4000)

@@ -175,6 +175,7 @@ def _not_routed(handler: Any, *args: Any) -> Any:
 
 
 inductor_finalize: Callable[..., Any] = _not_routed  # Inductor's own method, once `route_inductor_choices` ran
+_routed: list[bool] = []  # whether it ran (in this process)
 
 
 def route_inductor_choices() -> None:
@@ -190,10 +191,11 @@ def route_inductor_choices() -> None:
     from torch._inductor import config
     from torch._inductor.choices import InductorChoices
 
-    own = InductorChoices._finalize_template_configs
-    if getattr(own, "tunekit_routes", False):
+    # Once: another wrapper (tunekit.runtime.compiled_gemm's) may since sit on top of this one, and taking it as
+    # Inductor's own would make the two call each other.
+    if _routed:
         return
-    inductor_finalize = own
+    inductor_finalize = InductorChoices._finalize_template_configs
 
     def finalize(
         self: Any, template_choices: Any, kernel_inputs: Any, templates: Any, op_name: str, kwarg_overrides: Any = None
@@ -205,8 +207,8 @@ def route_inductor_choices() -> None:
             )
         return inductor_finalize(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
 
-    finalize.tunekit_routes = True  # type: ignore[attr-defined]
     InductorChoices._finalize_template_configs = finalize  # type: ignore[method-assign]
+    _routed.append(True)
 
 
 def gemm_choices_class(untuned: str = "aten") -> type[Any]:
