@@ -84,12 +84,12 @@ class PatchReport:
 
 
 def _swapped_class(cls: type, forward: Callable[..., Any], op: str | None = None) -> type:
-    """`cls` with `forward` as its forward (guarded for `op` when given: patching_guard.guarded_forward): one class
-    per triple, shared by every module swapped alike."""
+    """`cls` with `forward` as its forward (`_class_forward`): one class per triple, shared by every module swapped
+    alike."""
     swapped = _CLASSES.get((cls, forward, op))
     if swapped is None:
         namespace = {
-            "forward": forward if op is None else guarded_forward(forward, op),
+            "forward": _class_forward(cls, forward, op),
             SWAPPED_FROM: cls,
             "__module__": cls.__module__,
             "__doc__": cls.__doc__,
@@ -100,6 +100,14 @@ def _swapped_class(cls: type, forward: Callable[..., Any], op: str | None = None
         swapped.__qualname__ = cls.__qualname__
         _CLASSES[(cls, forward, op)] = swapped
     return swapped
+
+
+def _class_forward(cls: type, forward: Callable[..., Any], op: str | None) -> Callable[..., Any]:
+    """The derived class's forward: tunekit's as it is, guarded for `op`, or RoPE's (`rope_on_tunekit`); the
+    latter two close over `cls` for its own forward (`type(self)` in traced code costs guards: see there)."""
+    if forward is rope_on_tunekit:
+        return rope_on_tunekit(cls)
+    return forward if op is None else guarded_forward(forward, op, cls)
 
 
 def _new_swapped(cls: type, forward: Callable[..., Any], op: str | None) -> torch.nn.Module:

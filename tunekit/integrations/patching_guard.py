@@ -144,24 +144,20 @@ def _input_of(x: torch.Tensor, weight: torch.Tensor | None) -> str:
 
 
 GUARD = "_tunekit_guard"  # on a module swapped by probing: its CallGuard
-_guarded: dict[tuple[Callable[..., Any], str], Callable[..., Any]] = {}
 
 
-def guarded_forward(tunekit_forward: Callable[..., Any], op: str) -> Callable[..., Any]:
-    """The forward of a class tunekit.patch derived for a swap decided by probing: `tunekit_forward(module, x)` for
-    call signatures (x and the module's weight) where it conforms to the class's own forward, as the module's
-    CallGuard (instance attribute GUARD) found, and the own forward for every other call. Traced by torch.compile
-    where `op` traces as model code, the own forward before anything of the module is read: Dynamo guards each
-    attribute a trace reads, and checks those guards on every compiled call. One function per (forward, op), so
-    the modules swapped alike share one class."""
-    known = _guarded.get((tunekit_forward, op))
-    if known is not None:
-        return known
+def guarded_forward(tunekit_forward: Callable[..., Any], op: str, cls: type) -> Callable[..., Any]:
+    """The forward of the class tunekit.patch derives from `cls` for a swap decided by probing:
+    `tunekit_forward(module, x)` for call signatures (x and the module's weight) where it conforms to `cls`'s own
+    forward, as the module's CallGuard (instance attribute GUARD) found, and `cls`'s forward for every other call.
+    Traced by torch.compile where `op` traces as model code, `cls`'s forward before anything of the module is read:
+    Dynamo guards what a trace reads (`type(self)` too: a Python guard per pair of modules sharing a class), and
+    checks those guards on every compiled call."""
 
     def forward(self: torch.nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
-        own = own_forward(self)
         if args or kwargs or not isinstance(x, torch.Tensor) or traces_as_model_code(op):
-            return own(self, x, *args, **kwargs)
+            return cls.forward(self, x, *args, **kwargs)
+        own = cls.forward
         guard: CallGuard = self.__dict__[GUARD]
         weight = self._parameters.get("weight")
         sig = signature(x, weight)
@@ -172,7 +168,6 @@ def guarded_forward(tunekit_forward: Callable[..., Any], op: str) -> Callable[..
             )
         return tunekit_forward(self, x) if runs else own(self, x)
 
-    _guarded[(tunekit_forward, op)] = forward
     return forward
 
 

@@ -21,7 +21,6 @@ import torch
 
 from tunekit import ops
 from tunekit.integrations.patching_guard import CallGuard, Signature, compare, dtypes_of, signature
-from tunekit.nn import own_forward
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
@@ -57,20 +56,23 @@ def rope_forward(
     return patched, names
 
 
-def rope_on_tunekit(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """The forward of the class tunekit.patch derives for a module whose RoPE it swaps: the module's forward over
-    the swapped globals (instance attribute ROPE). Compiled with RoPE traced as model code, the class's own forward,
-    before anything of the module is read: the graph is compile alone's (Dynamo also cannot guard on globals of a
-    function whose globals are not its module's). A function swapped in a copy of the globals is no place for
-    per-call checks under Dynamo (it cannot guard on that function's closure): compiled, a module with a signature
-    the op does not conform for runs its own code throughout."""
-    own = own_forward(self)
-    if traces_as_model_code("rotary_embedding"):
-        return own(self, *args, **kwargs)
-    patched, guard = self.__dict__[ROPE]
-    if guard.mismatched and torch.compiler.is_compiling():
-        return own(self, *args, **kwargs)
-    return patched(self, *args, **kwargs)
+def rope_on_tunekit(cls: type) -> Callable[..., Any]:
+    """The forward of the class tunekit.patch derives from `cls` for a module whose RoPE it swaps: the module's
+    forward over the swapped globals (instance attribute ROPE). Compiled with RoPE traced as model code, `cls`'s own
+    forward, before anything of the module is read: the graph is compile alone's (Dynamo also cannot guard on
+    globals of a function whose globals are not its module's). A function swapped in a copy of the globals is no
+    place for per-call checks under Dynamo (it cannot guard on that function's closure): compiled, a module with a
+    signature the op does not conform for runs its own code throughout."""
+
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if traces_as_model_code("rotary_embedding"):
+            return cls.forward(self, *args, **kwargs)
+        patched, guard = self.__dict__[ROPE]
+        if guard.mismatched and torch.compiler.is_compiling():
+            return cls.forward(self, *args, **kwargs)
+        return patched(self, *args, **kwargs)
+
+    return forward
 
 
 def _is_rope(fn: object) -> bool:
