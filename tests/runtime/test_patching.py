@@ -124,6 +124,10 @@ def test_a_swap_derives_the_modules_class_and_unpatch_restores_it():
         assert type(module) is not cls and isinstance(module, cls) and type(module).__name__ == cls.__name__
         assert "forward" not in module.__dict__  # on the class: torch.compile guards no instance forward
     assert len({type(modules[p]) for p in swapped if before[p] is torch.nn.Linear}) == 1  # one class per kind
+    # A deep copy keeps each RoPE swap's function and guard together (the function's closure holds the guard).
+    copied = dict(copy.deepcopy(model).named_modules())
+    attention = [path for path, kind in report.swapped if kind == "RoPE (by probe)"]
+    assert all(copied[p]._tunekit_rope.guard is modules[p]._tunekit_rope.guard for p in attention)
     unpatch(model)
     assert {path: type(m) for path, m in model.named_modules()} == before
 

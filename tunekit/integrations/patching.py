@@ -46,7 +46,7 @@ from tunekit.integrations.patching_fusion import fuse_in, unfuse
 from tunekit.integrations.patching_guard import GUARD, CallGuard, check_module_dtypes, guarded_forward
 from tunekit.integrations.patching_kinds import classify
 from tunekit.integrations.patching_loss import patch_loss, unpatch_loss
-from tunekit.integrations.patching_rope import ROPE, rope_forward, rope_on_tunekit
+from tunekit.integrations.patching_rope import ROPE, RopeSwap, rope_forward, rope_on_tunekit
 from tunekit.nn import SWAPPED_FROM
 
 __all__ = ["PatchReport", "patch", "unpatch"]
@@ -176,7 +176,7 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
         found = None if module.__dict__.get(_MARK) is not None else rope_forward(module, guard)
         swapped = None if found is None else _derived(module, path, rope_on_tunekit, None, report)
         if found is not None and swapped is not None:
-            module.__dict__[ROPE] = (found[0], guard)
+            module.__dict__[ROPE] = RopeSwap(found[0], guard)
             module.__class__ = swapped
             module.__dict__[_MARK] = _ROPE
             report.swapped.append((path, _ROPE))

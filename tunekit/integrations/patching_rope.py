@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,7 +31,19 @@ _computes_rope: dict[Callable[..., Any], bool] = {}  # a function shared by ever
 _conformance: dict[tuple[Callable[..., Any], Signature], str | None] = {}
 
 
-ROPE = "_tunekit_rope"  # on a module whose RoPE is swapped: (its forward over the swapped globals, its CallGuard)
+ROPE = "_tunekit_rope"  # on a module whose RoPE is swapped: its RopeSwap
+
+
+@dataclass(frozen=True)
+class RopeSwap:
+    """A module's forward over the swapped globals and the CallGuard its swapped function keeps verdicts in. A deep
+    copy of the module shares both: the function's closure holds the guard, and compiled calls trust its verdicts."""
+
+    forward: Callable[..., Any]
+    guard: CallGuard
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RopeSwap:
+        return self
 
 
 def rope_forward(
@@ -67,10 +80,10 @@ def rope_on_tunekit(cls: type) -> Callable[..., Any]:
     def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if traces_as_model_code("rotary_embedding"):
             return cls.forward(self, *args, **kwargs)
-        patched, guard = self.__dict__[ROPE]
-        if guard.mismatched and torch.compiler.is_compiling():
+        swap: RopeSwap = self.__dict__[ROPE]
+        if swap.guard.mismatched and torch.compiler.is_compiling():
             return cls.forward(self, *args, **kwargs)
-        return patched(self, *args, **kwargs)
+        return swap.forward(self, *args, **kwargs)
 
     return forward
 
