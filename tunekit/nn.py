@@ -71,6 +71,11 @@ def own_forward(module: torch.nn.Module) -> Callable[..., Any]:
     return getattr(cls, SWAPPED_FROM, cls).forward
 
 
+def norm_op(statistics: str) -> str:
+    """The op a found norm runs: "rms" statistics (RMSNorm's) or "layer" (LayerNorm's)."""
+    return "rms_norm" if statistics == "rms" else "layer_norm"
+
+
 def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A norm of model code that tunekit.patch found to compute normalize(x) * (weight + offset) (+ bias) over the
     last dim; `_tunekit_norm` holds ("rms" or "layer", eps, offset). Calls the kernels cannot take run the
@@ -78,8 +83,7 @@ def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor
     statistics, eps, offset = module.__dict__["_tunekit_norm"]
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None  # patch only marks modules with a weight
-    op = "rms_norm" if statistics == "rms" else "layer_norm"
-    if traces_as_model_code(op) or not runs_here(x, weight, bias):
+    if traces_as_model_code(norm_op(statistics)) or not runs_here(x, weight, bias):
         return own_forward(module)(module, x)
     scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
     if statistics == "rms":

@@ -21,6 +21,7 @@ import cProfile
 import json
 import os
 import pstats
+import re
 import statistics
 import time
 from pathlib import Path
@@ -53,6 +54,11 @@ OPTIONS: dict[str, Any] = {
     "tunekit + coordinate-descent": {"coordinate_descent_tuning": True, "epilogue_fusion": True},
 }
 QUEUED = 20
+
+
+def _file_name(variant: str) -> str:
+    """A variant's name as a file name the device tool returns (letters, digits, `-`, `_`, `.`)."""
+    return re.sub(r"[^\w.-]+", "_", variant).strip("_")
 
 
 def step_ms(model: Any, ids: torch.Tensor) -> float:
@@ -210,7 +216,7 @@ def main() -> None:
     for name, m in models.items():
         calls, top, wrappers = python_calls(m, ids)
         for i, wrapper in enumerate(wrappers[:1] if opts.wrappers else []):  # Inductor's generated call, to diff
-            (OUT / f"wrapper_{name.replace(' ', '_')}_{i}.py").write_text(Path(wrapper).read_text())
+            (OUT / f"wrapper_{_file_name(name)}_{i}.py").write_text(Path(wrapper).read_text())
         kernels, kernel_ms, by_name = kernels_per_call(m, ids)
         row = {k: statistics.median(v) for k, v in times[name].items()}
         row["rounds"] = times[name]
@@ -220,7 +226,7 @@ def main() -> None:
         row.update(python_calls_per_call=calls, top=top, kernels=kernels, kernel_ms=kernel_ms, first_s=first_s[name])
         row["kernel_names"] = by_name
         if opts.host_ops:
-            (OUT / f"host_ops_{name.replace(' ', '_')}.txt").write_text(host_ops(m, ids))
+            (OUT / f"host_ops_{_file_name(name)}.txt").write_text(host_ops(m, ids))
         result["variants"][name] = row
     result["guards"] = guard_checks(bases, ids)
     (OUT / f"compiled_host_{opts.model}_{opts.layers}l.json").write_text(json.dumps(result, indent=1))

@@ -53,9 +53,9 @@ __all__ = ["PatchReport", "patch", "unpatch"]
 
 _MARK = "_tunekit_patch"  # on a swapped module: what it was swapped as
 _SWAP_ATTRS = ("_tunekit_norm", GUARD, ROPE)  # what a swap may set on the instance besides the mark and class
-# (a module's class, tunekit's forward, the op it guards for or None) -> the derived class
-_CLASSES: dict[tuple[type, Callable[..., Any], str | None], type] = {}
-_RECIPE = "_tunekit_swap"  # on a derived class: its key in _CLASSES
+# (a module's class, how its forward is made, with what) -> the derived class (`_swapped_class`)
+_CLASSES: dict[tuple[type, Callable[..., Any], tuple[object, ...]], type] = {}
+_RECIPE = "_tunekit_swap"  # on a derived class: (make, args), its key in _CLASSES after the class it derives from
 _ROPE = "RoPE (by probe)"
 _LOSS = "next-token loss (by probe)"
 _SHOWN_PATHS = 3  # per reason, in the report's text
@@ -83,50 +83,52 @@ class PatchReport:
         return "\n".join(lines)
 
 
-def _swapped_class(cls: type, forward: Callable[..., Any], op: str | None = None) -> type:
-    """`cls` with `forward` as its forward (`_class_forward`): one class per triple, shared by every module swapped
-    alike."""
-    swapped = _CLASSES.get((cls, forward, op))
+def _as_is(cls: type, forward: Callable[..., Any]) -> Callable[..., Any]:
+    """A derived class's forward that needs nothing of `cls` (torch's modules: tunekit's forward as it is)."""
+    return forward
+
+
+# How a derived class's forward is made from the class it derives from: `make(cls, *args)` (`_as_is`,
+# patching_guard.guarded_forward, patching_rope.rope_on_tunekit). The last two close over `cls` for its own forward:
+# `type(self)` in traced code costs guards.
+Make = Callable[..., Callable[..., Any]]
+
+
+def _swapped_class(cls: type, make: Make, *args: object) -> type:
+    """`cls` with `make(cls, *args)` as its forward: one class per (cls, make, args), shared by every module
+    swapped alike."""
+    swapped = _CLASSES.get((cls, make, args))
     if swapped is None:
         namespace = {
-            "forward": _class_forward(cls, forward, op),
+            "forward": make(cls, *args),
             SWAPPED_FROM: cls,
             "__module__": cls.__module__,
             "__doc__": cls.__doc__,
             "__reduce_ex__": _reduce_swapped,
-            _RECIPE: (cls, forward, op),
+            _RECIPE: (make, args),
         }
         swapped = type(cls)(cls.__name__, (cls,), namespace)
         swapped.__qualname__ = cls.__qualname__
-        _CLASSES[(cls, forward, op)] = swapped
+        _CLASSES[(cls, make, args)] = swapped
     return swapped
 
 
-def _class_forward(cls: type, forward: Callable[..., Any], op: str | None) -> Callable[..., Any]:
-    """The derived class's forward: tunekit's as it is, guarded for `op`, or RoPE's (`rope_on_tunekit`); the
-    latter two close over `cls` for its own forward (`type(self)` in traced code costs guards: see there)."""
-    if forward is rope_on_tunekit:
-        return rope_on_tunekit(cls)
-    return forward if op is None else guarded_forward(forward, op, cls)
-
-
-def _new_swapped(cls: type, forward: Callable[..., Any], op: str | None) -> torch.nn.Module:
-    swapped = _swapped_class(cls, forward, op)
+def _new_swapped(cls: type, make: Make, args: tuple[object, ...]) -> torch.nn.Module:
+    swapped = _swapped_class(cls, make, *args)
     return swapped.__new__(swapped)
 
 
 def _reduce_swapped(module: torch.nn.Module, protocol: int) -> tuple[Any, ...]:
     """Pickled as the recipe of its class (no module holds the derived class by name), then its state."""
     _, _, *rest = object.__reduce_ex__(module, protocol)
-    return (_new_swapped, type(module).__dict__[_RECIPE], *rest)
+    cls = type(module).__dict__
+    return (_new_swapped, (cls[SWAPPED_FROM], *cls[_RECIPE]), *rest)
 
 
-def _derived(
-    module: torch.nn.Module, path: str, forward: Callable[..., Any], op: str | None, report: PatchReport
-) -> type | None:
+def _derived(module: torch.nn.Module, path: str, report: PatchReport, make: Make, *args: object) -> type | None:
     """The class a swap gives `module` (`_swapped_class`), or None, with the reason in the report."""
     try:
-        return _swapped_class(type(module), forward, op)
+        return _swapped_class(type(module), make, *args)
     except Exception as failure:  # a class that refuses subclasses (its __init_subclass__ or metaclass)
         report.skipped.append((path, f"its class cannot be derived ({type(failure).__name__}: {failure})"))
         return None
@@ -138,8 +140,10 @@ def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
     if isinstance(found, str):
         report.skipped.append((path, found))
     elif found is not None:
-        op = None if found.probed_width is None else found.op
-        swapped = _derived(module, path, found.forward, op, report)
+        if found.probed_width is None:
+            swapped = _derived(module, path, report, _as_is, found.forward)
+        else:
+            swapped = _derived(module, path, report, guarded_forward, found.forward, found.op)
         if swapped is None:
             return
         module.__dict__.update(found.attrs)
@@ -174,7 +178,7 @@ def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchRepo
     for path, module in list(model.named_modules()):
         guard = CallGuard(path, _ROPE, report.skipped)
         found = None if module.__dict__.get(_MARK) is not None else rope_forward(module, guard)
-        swapped = None if found is None else _derived(module, path, rope_on_tunekit, None, report)
+        swapped = None if found is None else _derived(module, path, report, rope_on_tunekit)
         if found is not None and swapped is not None:
             module.__dict__[ROPE] = RopeSwap(found[0], guard)
             module.__class__ = swapped

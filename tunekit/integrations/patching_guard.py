@@ -146,7 +146,7 @@ def _input_of(x: torch.Tensor, weight: torch.Tensor | None) -> str:
 GUARD = "_tunekit_guard"  # on a module swapped by probing: its CallGuard
 
 
-def guarded_forward(tunekit_forward: Callable[..., Any], op: str, cls: type) -> Callable[..., Any]:
+def guarded_forward(cls: type, tunekit_forward: Callable[..., Any], op: str) -> Callable[..., Any]:
     """The forward of the class tunekit.patch derives from `cls` for a swap decided by probing:
     `tunekit_forward(module, x)` for call signatures (x and the module's weight) where it conforms to `cls`'s own
     forward, as the module's CallGuard (instance attribute GUARD) found, and `cls`'s forward for every other call.

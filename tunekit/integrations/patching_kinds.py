@@ -87,7 +87,7 @@ def _found_norm(module: torch.nn.Module) -> Swap | None:
 
             if computes(module, weight.shape[0], weight, formula):
                 attrs: dict[str, object] = {"_tunekit_norm": (statistics, eps, offset)}
-                op = "rms_norm" if statistics == "rms" else "layer_norm"
+                op = tk_nn.norm_op(statistics)
                 return Swap(kind, tk_nn.found_norm_forward, attrs, probed_width=weight.shape[0], op=op)
     return None
 
