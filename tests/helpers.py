@@ -1,4 +1,4 @@
-"""What test files in several folders share: the tests' own paths, the CLI runner and the store entries they plant.
+"""What test files share: the tests' own paths, the CLI runner, the store entries they plant and small models.
 Imported by name (`from helpers import cli`): pytest puts tests/ on sys.path when it loads tests/conftest.py.
 
 The terminal-width fixtures (`wide_terminal`, `narrow_terminal`) are in conftest.py."""
@@ -80,3 +80,44 @@ def compiled_targets(fn: Any, *args: Any, **compile_kwargs: Any) -> tuple[list[s
         out = torch.compile(fn, fullgraph=True, backend=backend, **compile_kwargs)(*args)
     torch._dynamo.reset()
     return targets, out
+
+
+def mlp_parameters(d: int, hidden: int) -> tuple[Any, Any, Any, Any]:
+    """(generator, w1 [hidden, d], b1 [hidden], w2 [d, hidden]): a d -> hidden -> d MLP's parameters drawn from a
+    generator seeded 0, which is returned for the rest of a model's parameters to be drawn from after them."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    w1 = torch.nn.Parameter(torch.randn(hidden, d, generator=g) / d**0.5)
+    b1 = torch.nn.Parameter(torch.randn(hidden, generator=g) * 0.1)
+    w2 = torch.nn.Parameter(torch.randn(d, hidden, generator=g) / hidden**0.5)
+    return g, w1, b1, w2
+
+
+# ------------------------------------------------------------------------------------------ patched models
+
+
+def tiny_llama(layers: int, vocab: int = 128) -> Any:
+    """transformers' Llama for causal LM with random weights: 64 wide, 4 heads (2 of keys and values), an MLP of
+    96, `layers` layers (callers skip without transformers: pytest.importorskip)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=vocab,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+def count_calls(monkeypatch: Any, owner: object, name: str) -> list[int]:
+    """Replace `owner.<name>` for the test (monkeypatch) by a wrapper that calls it and appends 1 to the list
+    returned, once per call."""
+    calls: list[int] = []
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

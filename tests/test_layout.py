@@ -1,7 +1,7 @@
 """The package layout: imports point down the layers, no module imports itself back, sizes stay small.
 
 Every import counts: module level, inside functions and under TYPE_CHECKING, read with `ast` (nothing imported).
-Layers, bottom to top (README, "Package layout"), each where its imports put it:
+Layers, bottom to top (tunekit/README.md, "Package layout"), each where its imports put it:
 
     core <- kernels <- launch <- store <- tuning <- runtime <- ops <- integrations <- user_kernels <- fleet
          <- evaluation <- cli

@@ -160,16 +160,22 @@ def clean(entry: Entry) -> Entry:
     return replace(entry, trials=(TrialRecord(entry.config, "ok", entry.time_ms),))
 
 
+def toy_verdict(variant: str, came_through: str) -> str:
+    """After the toy's entry of `variant` came in through `came_through` (its layer): a wrong one refused (served
+    from another layer, and not wrong), a correct one served from that layer."""
+    layer, config = toy_layer()
+    if variant == "wrong":
+        return REFUSED if config.get("variant") != "wrong" and layer != came_through else "failure"
+    return SERVED if layer == came_through else "failure"
+
+
 def toy_imported(variant: str, forged_mark: bool = False) -> str:
     fresh_cache()
     entry = clean(toy_entry(get_spec("toy"), fingerprint(), 0.5, variant=variant))
     if forged_mark:
         entry = replace(entry, provenance={**entry.provenance, MODEL_VERIFIED: config_digest(entry.config)})
     import_file([entry])
-    layer, config = toy_layer()
-    if variant == "wrong":
-        return REFUSED if config.get("variant") != "wrong" and layer != "cache" else "failure"
-    return SERVED if layer == "cache" else "failure"
+    return toy_verdict(variant, "cache")
 
 
 def toy_self_contradicting() -> str:
@@ -184,10 +190,7 @@ def toy_self_contradicting() -> str:
 def toy_shipped(variant: str) -> str:
     fresh_cache()
     ship(clean(toy_entry(get_spec("toy"), fingerprint(), 1.0, variant=variant)))
-    layer, config = toy_layer()
-    if variant == "wrong":
-        return REFUSED if config.get("variant") != "wrong" and layer != "shipped" else "failure"
-    return SERVED if layer == "shipped" else "failure"
+    return toy_verdict(variant, "shipped")
 
 
 def toy_other_triton_swapped() -> str:

@@ -53,9 +53,10 @@ def test_each_summary_is_a_sentence_that_its_command_help_begins_with_or_names()
         assert len(summary) <= 61, (name, summary)  # one line in click's 78-column help at any terminal width
 
 
-def test_readme_cli_table_lists_every_command():
-    """README's CLI table has a row for each command (`requeue` once had none); model-bench has its section."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## CLI\n") : readme.index("### The model benchmark: `tunekit model-bench`")]
+def test_cli_reference_lists_every_command():
+    """The CLI reference's table (tunekit/cli/README.md) has a row for each command (`requeue` once had none);
+    model-bench has its section."""
+    reference = (ROOT / "tunekit" / "cli" / "README.md").read_text()
+    section = reference[reference.index("## CLI\n") : reference.index("### The model benchmark: `tunekit model-bench`")]
     rows = set(re.findall(r"^\| `tunekit ([a-z-]+)", section, re.M))
     assert set(_summaries()) - {"model-bench"} <= rows, sorted(set(_summaries()) - rows)

@@ -1,6 +1,6 @@
 """Every command rendered on an 80-column terminal: no line over 80 columns (save one unbreakable word, such as a
 long path), records wrapped between their `name=value` pairs, tables as records where they would not fit. Also the
-log form of `tune` (progress lines, Ctrl-C), and README's list of environment variables."""
+log form of `tune` (progress lines, Ctrl-C), and the environment variables of tunekit/cli/README.md."""
 
 from __future__ import annotations
 
@@ -63,10 +63,16 @@ def test_help_shows_flags_without_a_metavar_and_lists_the_environment(terminal_8
     assert all(name in top for name, _, _ in settings.ENVIRONMENT)
 
 
-def test_readme_lists_every_environment_variable():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Environment variables") :]
-    assert all(f"`{name}`" in section for name, _, _ in settings.ENVIRONMENT)
+def test_the_reference_lists_exactly_the_environment_variables():
+    """tunekit/cli/README.md's table: settings.ENVIRONMENT's variables, in its order, each with its default and its
+    meaning (a row may say more after it), so that the reference cannot go stale."""
+    reference = (ROOT / "tunekit" / "cli" / "README.md").read_text()
+    section = reference[reference.index("## Environment variables") :]
+    rows = re.findall(r"^\| `([A-Z_]+)` \| (.*) \| (.*) \|$", section, re.M)
+    assert [name for name, _, _ in rows] == [name for name, _, _ in settings.ENVIRONMENT]
+    for (name, meaning, default), (_, code_meaning, code_default) in zip(rows, settings.ENVIRONMENT):
+        assert default == code_default, name
+        assert meaning.startswith(code_meaning), (name, meaning, code_meaning)
 
 
 def test_a_log_gets_progress_lines(toy, monkeypatch):

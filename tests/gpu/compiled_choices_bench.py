@@ -45,6 +45,8 @@ OPTIONS = {
     "compile (control)": {"max_autotune_gemm": False},
     "tunekit (out of the box)": {"epilogue_fusion": True},
     "tunekit (tuned)": {"pattern_matcher": True},
+    # Inductor's own GEMM search over its Triton templates alone (no cuBLAS candidate): `--extra`
+    "gemm-autotune-triton": {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON"},
 }
 
 
@@ -69,6 +71,16 @@ def compiled(base: torch.nn.Module, variant: str) -> torch.nn.Module:
     if variant == "reduce-overhead":
         return torch.compile(model, mode="reduce-overhead")
     return torch.compile(model, options=OPTIONS[variant])
+
+
+def kernels_per_step(model: torch.nn.Module, step: Any, calls: int = 3) -> float:
+    """CUDA kernels one step launches (the profiler's device events)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step(model)
+        torch.cuda.synchronize()
+    model.zero_grad(set_to_none=True)
+    return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events()) / calls
 
 
 def first_call(model: torch.nn.Module, step: Any) -> float:
@@ -117,6 +129,7 @@ def main() -> None:
                         help="seconds: tune_model(compiled=True) on the step (eager tune, then the compiled verdicts); "
                         "0: decide_compiled alone (stores verdicts only for problems with entries); "
                         "-1: no tuned phase")  # fmt: skip
+    parser.add_argument("--extra", default="", help="more compiled variants, timed before and after (OPTIONS' names)")
     opts = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.recompile_limit = 64
@@ -134,6 +147,8 @@ def main() -> None:
             variants.append("max-autotune")
         if name == "decode":
             variants.append("reduce-overhead")
+        extra = [v for v in opts.extra.split(",") if v]
+        variants += extra
         models: dict[str, torch.nn.Module] = {"eager": base}
         first: dict[str, float] = {}
         for variant in variants:
@@ -166,11 +181,14 @@ def main() -> None:
         first["tunekit (tuned)"] = first_call(tuned, step)
         print(f"{name} tunekit (tuned): first call {first['tunekit (tuned)']:.1f} s", flush=True)
         after_models = {"eager": base, "compile": models["compile"], "tunekit (tuned)": tuned}
-        if "max-autotune" in models:
-            after_models["max-autotune"] = models["max-autotune"]
+        for variant in ("max-autotune", *extra):
+            if variant in models:
+                after_models[variant] = models[variant]
         after = alternate(after_models, step, opts.rounds)
+        kernels = {v: kernels_per_step(m, step) for v, m in after_models.items()}
+        print("kernels per step:", kernels, flush=True)
         row = {
-            "before": before, "after": after, "first_call_s": first, "decide_s": decide_s,
+            "before": before, "after": after, "first_call_s": first, "decide_s": decide_s, "kernels": kernels,
             "decide": report.table(), "kept": len(report.kept), "searched": len(report.searched),
             "guarantee": report.steps,
         }  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import mlp_parameters
 
 import tunekit.ops as tk
 
@@ -11,10 +12,7 @@ import tunekit.ops as tk
 class Block(torch.nn.Module):
     def __init__(self, d: int, hidden: int) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.w1 = torch.nn.Parameter(torch.randn(hidden, d, generator=g) / d**0.5)
-        self.b1 = torch.nn.Parameter(torch.randn(hidden, generator=g) * 0.1)
-        self.w2 = torch.nn.Parameter(torch.randn(d, hidden, generator=g) / hidden**0.5)
+        g, self.w1, self.b1, self.w2 = mlp_parameters(d, hidden)
         self.ln_w = torch.nn.Parameter(1 + 0.1 * torch.randn(d, generator=g))
         self.ln_b = torch.nn.Parameter(0.1 * torch.randn(d, generator=g))
 

@@ -12,7 +12,7 @@ import logging
 
 import pytest
 import torch
-from helpers import compiled_targets, keep_targets
+from helpers import compiled_targets, keep_targets, mlp_parameters
 from torch._dynamo.backends.common import aot_autograd
 
 import tunekit.ops as tk
@@ -32,10 +32,7 @@ KERNEL_NODE = "triton_kernel_wrapper"
 class Block(torch.nn.Module):
     def __init__(self, d: int = 32, hidden: int = 48) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.w1 = torch.nn.Parameter(torch.randn(hidden, d, generator=g) / d**0.5)
-        self.b1 = torch.nn.Parameter(torch.randn(hidden, generator=g) * 0.1)
-        self.w2 = torch.nn.Parameter(torch.randn(d, hidden, generator=g) / hidden**0.5)
+        g, self.w1, self.b1, self.w2 = mlp_parameters(d, hidden)
         self.norm_w = torch.nn.Parameter(1 + 0.1 * torch.randn(d, generator=g))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

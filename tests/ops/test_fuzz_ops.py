@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import tunekit.ops as ops
 from tunekit.core.errors import AutogradUnsupportedError, TunekitError
+from tunekit.kernels.common import torch_activation
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on the NaN and inf inputs
 
@@ -353,19 +354,8 @@ def max_calls(draw: st.DrawFn) -> Call:
 
 
 def _activation_ref(v: torch.Tensor, activation: str | None) -> torch.Tensor:
-    table = {
-        "relu": F.relu,
-        "gelu": F.gelu,
-        "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
-        "silu": F.silu,
-        "sigmoid": torch.sigmoid,
-        "tanh": torch.tanh,
-    }
-    if activation in (None, "none"):
-        return v
-    if activation not in table:
-        raise ValueError(activation)  # torch has no such activation: the reference refuses too
-    return table[activation](v)
+    # torch's own activation of that name; an unknown name raises a ValueError: the reference refuses too
+    return torch_activation(v, activation or "none")
 
 
 @st.composite

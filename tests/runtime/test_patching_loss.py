@@ -8,35 +8,23 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import count_calls, tiny_llama
 
-import tunekit.ops as ops
 from tunekit.integrations import patching_loss
 from tunekit.integrations.patching import patch, unpatch
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")  # tiny_llama builds on it
 
 VOCAB = 128
 
 
 def _llama() -> torch.nn.Module:
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config)
+    return tiny_llama(layers=1, vocab=VOCAB)
 
 
 @pytest.fixture
 def loss_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = ops.cross_entropy
-
-    def counted(*args: object, **kwargs: object) -> object:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(patching_loss.ops, "cross_entropy", counted)
-    return calls
+    return count_calls(monkeypatch, patching_loss.ops, "cross_entropy")
 
 
 def test_the_loss_runs_fused_trains_alike_and_unpatch_restores(loss_calls: list[int]) -> None:

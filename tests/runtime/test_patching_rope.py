@@ -9,8 +9,8 @@ import types
 
 import pytest
 import torch
+from helpers import count_calls, tiny_llama
 
-import tunekit.ops as ops
 from tunekit.integrations import patching_rope
 from tunekit.integrations.patching import patch, unpatch
 
@@ -20,11 +20,7 @@ VOCAB = 128
 
 
 def _llama() -> torch.nn.Module:
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config)
+    return tiny_llama(layers=2, vocab=VOCAB)
 
 
 def _neox() -> torch.nn.Module:  # a partial rotary: cos and sin narrower than the heads
@@ -38,15 +34,7 @@ def _neox() -> torch.nn.Module:  # a partial rotary: cos and sin narrower than t
 @pytest.fixture
 def rope_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the calls that reach tunekit's op."""
-    calls: list[int] = []
-    real = ops.rotary_embedding
-
-    def counted(*args: object) -> object:
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(patching_rope.ops, "rotary_embedding", counted)
-    return calls
+    return count_calls(monkeypatch, patching_rope.ops, "rotary_embedding")
 
 
 def _kinds(report: object) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Every environment variable tunekit reads, in one place, validated on read.
 
-ENVIRONMENT lists them (name, meaning, default): README's "Environment variables" section and `tunekit --help`
-print that table; tests/cli/test_cli_width.py checks that README lists every name.
+ENVIRONMENT lists them (name, meaning, default): `tunekit --help` prints that table, and
+tunekit/cli/README.md's "Environment variables" section holds it (tests/cli/test_cli_width.py checks the two agree).
 """
 
 from __future__ import annotations
@@ -75,6 +75,14 @@ def _positive_int(name: str, default: int) -> int:
     return value
 
 
+def _choice(name: str, choices: tuple[str, str]) -> str:
+    """One of two words (the first when unset or blank), refused in one line otherwise."""
+    raw = os.environ.get(name, choices[0]).strip().lower() or choices[0]
+    if raw not in choices:
+        raise TunekitError(f"{name} must be {choices[0]!r} or {choices[1]!r}, but got {raw!r}")
+    return raw
+
+
 def cache_dir() -> Path:
     """The working cache's directory; refused in one line where a file stands in its way (it could not be made)."""
     explicit = os.environ.get("TUNEKIT_CACHE_DIR")
@@ -114,10 +122,7 @@ def tune_on_miss_trials() -> int:
 
 
 def untuned() -> str:
-    raw = os.environ.get("TUNEKIT_UNTUNED", "torch").strip().lower() or "torch"
-    if raw not in ("torch", "triton"):
-        raise TunekitError(f"TUNEKIT_UNTUNED must be 'torch' or 'triton', but got {raw!r}")
-    return raw
+    return _choice("TUNEKIT_UNTUNED", ("torch", "triton"))
 
 
 def debug() -> bool:
@@ -155,10 +160,7 @@ def compile_ops() -> str | None:
 
 def other_triton() -> str:
     """What serves an entry recorded under another Triton version (tunekit/runtime/version_policy.py)."""
-    raw = os.environ.get("TUNEKIT_OTHER_TRITON", "check").strip().lower() or "check"
-    if raw not in ("check", "never"):
-        raise TunekitError(f"TUNEKIT_OTHER_TRITON must be 'check' or 'never', but got {raw!r}")
-    return raw
+    return _choice("TUNEKIT_OTHER_TRITON", ("check", "never"))
 
 
 def check_environment() -> None:

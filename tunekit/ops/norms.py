@@ -26,8 +26,9 @@ from torch import Tensor
 from tunekit.core.errors import InvalidInputError
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
-from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, declare, public_op
 from tunekit.runtime.dispatch import Dispatcher, dispatcher
+from tunekit.runtime.eager_autograd import SetupContext
 
 _LAYERNORM = dispatcher("layernorm")
 _LAYERNORM_BACKWARD = dispatcher("layernorm_backward")
@@ -117,6 +118,19 @@ def _bias_grad_buffer(input: Tensor, shape: Sequence[int], bias_dtype: torch.dty
     return input.new_empty(tuple(shape), dtype=bias_dtype) if bias_dtype is not None else input.new_empty(0)
 
 
+def _declare_norm(
+    name: str,
+    body: Callable[..., Tensor],
+    setup: SetupContext,
+    formula: Callable[..., Callable[..., tuple[Any, ...]]],
+    backward: Callable[..., tuple[Tensor, ...]],
+    backward_fake: Callable[..., tuple[Tensor, ...]],
+) -> DeclaredOp:
+    """The forward op `name` (fake: _like_input), training through its backward op `<name>_backward`."""
+    through = declare(OpDeclaration(f"{name}_backward", backward, backward_fake))
+    return declare(OpDeclaration(name, body, _like_input, Autograd(setup, formula, through=through)))
+
+
 def _rows_like(input: Tensor, n: int) -> Tensor:
     """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
     return input.new_empty(()).expand(input.numel() // max(n, 1), n)
@@ -192,14 +206,13 @@ def _layer_norm_grad(backward: Callable[..., tuple[Tensor, Tensor, Tensor]]) -> 
     return grad_of
 
 
-_LAYER_NORM_BACKWARD = declare(OpDeclaration("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_fake))
-_LAYER_NORM = declare(
-    OpDeclaration(
-        "layer_norm",
-        _layer_norm_op_body,
-        _like_input,
-        Autograd(_layer_norm_setup, _layer_norm_grad, through=_LAYER_NORM_BACKWARD),
-    )
+_LAYER_NORM = _declare_norm(
+    "layer_norm",
+    _layer_norm_op_body,
+    _layer_norm_setup,
+    _layer_norm_grad,
+    _layer_norm_backward,
+    _layer_norm_backward_fake,
 )
 
 
@@ -286,14 +299,8 @@ def _rms_norm_grad(backward: Callable[..., tuple[Tensor, Tensor]]) -> Callable[.
     return grad_of
 
 
-_RMS_NORM_BACKWARD = declare(OpDeclaration("rms_norm_backward", _rms_norm_backward, _rms_norm_backward_fake))
-_RMS_NORM = declare(
-    OpDeclaration(
-        "rms_norm",
-        _rms_norm_op_body,
-        _like_input,
-        Autograd(_rms_norm_setup, _rms_norm_grad, through=_RMS_NORM_BACKWARD),
-    )
+_RMS_NORM = _declare_norm(
+    "rms_norm", _rms_norm_op_body, _rms_norm_setup, _rms_norm_grad, _rms_norm_backward, _rms_norm_backward_fake
 )
 
 
