@@ -32,6 +32,9 @@ torch.compile guards a bound method in an instance's dict (its code, defaults an
 about twice compile alone's guard time on a 32-layer Llama, where a derived class costs the one type check it
 already makes. RoPE's swap keeps its function over per-instance globals on the instance; its derived class's
 forward calls it.
+
+Under torch.compile, matrix products with an inner dimension of 1 (a rotary embedding's angles) lower as broadcast
+multiplies once a model was patched (inductor_outer_products: exact, and one extern cuBLAS call less per step).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 import torch
 
+from tunekit.integrations import inductor_outer_products
 from tunekit.integrations.patching_fusion import fuse_in, unfuse
 from tunekit.integrations.patching_guard import GUARD, CallGuard, check_module_dtypes, guarded_forward
 from tunekit.integrations.patching_kinds import classify
@@ -171,6 +175,7 @@ def _held_twice(model: torch.nn.Module) -> set[int]:
 
 def patch(model: torch.nn.Module, *, fuse_activations: bool = True) -> PatchReport:
     """Swap the supported submodules of `model` in place (see the module docstring); returns what was done."""
+    inductor_outer_products.install()  # for the compiles of this process (exact; module docstring)
     report = PatchReport()
     for path, module in list(model.named_modules()):
         if module.__dict__.get(_MARK) is None and not any(True for _ in module.children()):
