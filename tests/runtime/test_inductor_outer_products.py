@@ -99,7 +99,7 @@ def test_installed_once_and_its_cache_key_follows_whether_it_rewrites(
     assert ours.uuid().endswith("-off")
 
 
-def test_a_users_pass_stays_beside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_users_pass_stays_beside_it(fresh: None) -> None:
     from torch._inductor import config, custom_graph_pass
 
     if not hasattr(custom_graph_pass, "get_custom_graph_passes"):
