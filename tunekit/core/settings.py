@@ -40,7 +40,8 @@ ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
         "TUNEKIT_COMPILE_OPS",
         "forces the ops a torch.compile graph calls as tunekit's, serving what they serve eagerly (a comma list of "
         "op names, all or none); the others run torch's or the model's own code, for Inductor to fuse "
-        "(tunekit/runtime/compile_policy.py)",
+        "(tunekit/runtime/compile_policy.py); any value also turns off the GEMM choices decided in compiled steps "
+        "(tunekit/runtime/compiled_gemm.py) and outer products as multiplies (inductor_outer_products.py)",
         "unset: chosen per problem by measurement",
     ),
     ("TUNEKIT_DEBUG", "1: the CLI prints tracebacks", "0"),
