@@ -206,15 +206,13 @@ def _tune_here(
     started = time.monotonic()  # a budget counts from here: optuna's import included
     from tunekit.core.device import fingerprint
     from tunekit.runtime.recorder import plan_line
-    from tunekit.store.store import Store
     from tunekit.tuning.bench import budget_timer, default_timer
-    from tunekit.tuning.plan_budget import PlanBudget, plan_runs
+    from tunekit.tuning.plan_loop import tune_in_turn
     from tunekit.tuning.shared_bench import SharedBench
 
     device = fingerprint()
     timer = budget_timer() if budget is not None else default_timer()
     terminal = console.is_terminal and not json_out
-    visits: list[TuneResult] = []
     failed: list[str] = []
     if not json_out:
         kernels = ", ".join(dict.fromkeys(spec.name for spec, _ in work_list))
@@ -224,27 +222,30 @@ def _tune_here(
         if device.is_interpreter:
             say(INTERPRETER_NOTE)
     # One isolation worker for the whole list, as a fleet worker has (tune() alone starts one per problem).
-    planned = PlanBudget(work_list, budget, started=started) if budget is not None else None
     benches = SharedBench(timer, options.isolate, options.candidate_timeout_s)
     where = {plan_line(line.kernel, line.problem): line.where for line in lines.problems} if lines else {}
-    with Store() as store, contextlib.closing(benches):
-        for spec, problem, these in plan_runs(work_list, options, planned):
-            name = f"{spec.name} {problem_text(spec, problem)}"
-            try:
-                result = _tune_one(benches, spec, problem, (these, options.trials), store, terminal, json_out)
-            except KeyboardInterrupt:
-                _interrupted(visits, len(work_list), name)
-            except TunekitError as exc:  # this problem only: named with its plan line, and the next one runs
-                place = where.get(plan_line(spec.name, problem))
-                failed.append(f"{place + ': ' if place else ''}{name}: {exc}")
-                error_line(failed[-1])
-                continue
-            visits.append(result)
-            if not json_out:
-                for line in result.block() if terminal else [result.line()]:
-                    say(line)
-    unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in planned.unreached] if planned else []
-    _summary(visits, failed, unreached, json_out, budget, timer.label, store.directory)
+    visits: list[TuneResult] = []
+
+    def tune_one(spec: KernelSpec, problem: Problem, these: TuneOptions, store: Store) -> TuneResult:
+        try:
+            result = _tune_one(benches, spec, problem, (these, options.trials), store, terminal, json_out)
+        except KeyboardInterrupt:
+            _interrupted(visits, len(work_list), f"{spec.name} {problem_text(spec, problem)}")
+        visits.append(result)
+        if not json_out:
+            for line in result.block() if terminal else [result.line()]:
+                say(line)
+        return result
+
+    def failure(spec: KernelSpec, problem: Problem, exc: TunekitError) -> None:
+        # this problem only: named with its plan line, and the next one runs
+        place = where.get(plan_line(spec.name, problem))
+        failed.append(f"{place + ': ' if place else ''}{spec.name} {problem_text(spec, problem)}: {exc}")
+        error_line(failed[-1])
+
+    run = tune_in_turn(work_list, options, benches, tune_one, failure, budget_s=budget, started=started)
+    unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in run.unreached]
+    _summary(run.results, failed, unreached, json_out, budget, timer.label, run.cache)
     return len(failed)
 
 

@@ -1,5 +1,5 @@
-"""Tune every problem of a plan file into a store, in this process, through the functions `tunekit tune --plan`
-calls (`read_plan`, then `tune_and_store` per problem): what the model workflow and tunekit.tune_model run."""
+"""Tune every problem of a plan file into a store, in this process, through the loop `tunekit tune` runs here
+(tunekit.tuning.plan_loop): what the model workflow and tunekit.tune_model run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunekit.core.errors import TunekitError
+from tunekit.tuning.plan_loop import tune_in_turn
+
+if TYPE_CHECKING:
+    from tunekit.core.space import Problem
+    from tunekit.core.spec import KernelSpec
+    from tunekit.store.store import Store
+    from tunekit.tuning.tune_types import TuneOptions
 
 
 @dataclass
@@ -49,12 +57,10 @@ def tune_plan(
     from tunekit.core.registry import get_spec
     from tunekit.fleet.plans import read_plan_lines
     from tunekit.runtime.recorder import plan_line
-    from tunekit.store.store import Store
     from tunekit.store.user_entries import is_user_kernel
     from tunekit.tuning.bench import budget_timer
     from tunekit.tuning.orchestrate import TuneOptions
     from tunekit.tuning.phases import PhaseTimes
-    from tunekit.tuning.plan_budget import PlanBudget, plan_runs
     from tunekit.tuning.shared_bench import SharedBench
 
     options = TuneOptions(trials=trials, early_stop=early_stop, precompile_threads=precompile_threads)
@@ -69,25 +75,28 @@ def tune_plan(
     where = {plan_line(line.kernel, line.problem): line.where for line in read.problems}
     lines = [plan_line(spec.name, problem) for spec, problem in work]
     step_indices = [{i for i, line in enumerate(lines) if line in members} for members in map(set, steps)]
-    planned = PlanBudget(work, budget_s, steps=step_indices, started=started) if budget_s is not None else None
-    benches = SharedBench(budget_timer() if budget_s is not None else None)
-    try:
-        with Store(cache_dir) as store:
-            tuned: dict[str, bool] = {}  # by problem, whether its last visit measured (a budget visits some twice)
-            for spec, problem, these in plan_runs(work, options, planned):
-                name, phases = f"{spec.name} {spec.describe_problem(problem)}", PhaseTimes()
-                try:
-                    _, report = benches.tune(spec, problem, device, these, store, phases=phases)
-                except TunekitError as exc:
-                    counts.failed.append(f"{where[plan_line(spec.name, problem)]}: {name}: {exc}")
-                    continue
-                finally:
-                    counts.phases[name] = PhaseTimes.summed([counts.phases.get(name, {}), phases.to_json()]).to_json()
-                tuned[name] = tuned.get(name, False) or not report.skipped
-            counts.tuned = sum(tuned.values())
-            counts.skipped = len(tuned) - counts.tuned
-    finally:
-        benches.close()
-    if planned is not None:
-        counts.unreached = [f"{spec.name} {spec.describe_problem(problem)}" for spec, problem in planned.unreached]
+    bench = SharedBench(budget_timer() if budget_s is not None else None)
+    tuned: dict[str, bool] = {}  # by problem, whether its last visit measured (a budget visits some twice)
+
+    def name_of(spec: KernelSpec, problem: Problem) -> str:
+        return f"{spec.name} {spec.describe_problem(problem)}"
+
+    def tune_one(spec: KernelSpec, problem: Problem, these: TuneOptions, store: Store) -> None:
+        name, phases = name_of(spec, problem), PhaseTimes()
+        try:
+            _, report = bench.tune(spec, problem, device, these, store, phases=phases)
+        finally:
+            counts.phases[name] = PhaseTimes.summed([counts.phases.get(name, {}), phases.to_json()]).to_json()
+        tuned[name] = tuned.get(name, False) or not report.skipped
+
+    def failed(spec: KernelSpec, problem: Problem, exc: TunekitError) -> None:
+        counts.failed.append(f"{where[plan_line(spec.name, problem)]}: {name_of(spec, problem)}: {exc}")
+
+    run = tune_in_turn(
+        work, options, bench, tune_one, failed, budget_s=budget_s, started=started, steps=step_indices,
+        cache_dir=cache_dir,
+    )  # fmt: skip
+    counts.tuned = sum(tuned.values())
+    counts.skipped = len(tuned) - counts.tuned
+    counts.unreached = [name_of(spec, problem) for spec, problem in run.unreached]
     return counts
