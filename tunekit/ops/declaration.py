@@ -87,7 +87,7 @@ class DeclaredOp:
             return self.traced(*args)
         if trains:
             return self.eager.apply(*args) if self.eager is not None else self.traced(*args)
-        return self.body(*args)
+        return self.declaration.body(*args)
 
 
 def _eager_name(name: str) -> str:

@@ -139,15 +139,11 @@ def _rows_like(input: Tensor, n: int) -> Tensor:
 # ---------------------------------------------------------------------------------------------- LayerNorm
 
 
-def _layer_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
-    y = _forward(_LAYERNORM, input, shape, (weight, bias), eps)
-    return F.layer_norm(input, tuple(shape), weight, bias, eps) if y is None else y
-
-
 def _layer_norm_op_body(
     input: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> Tensor:
-    return _layer_norm(input, normalized_shape, weight, bias, eps)
+    y = _forward(_LAYERNORM, input, normalized_shape, (weight, bias), eps)
+    return F.layer_norm(input, tuple(normalized_shape), weight, bias, eps) if y is None else y
 
 
 def _layer_norm_backward(
@@ -241,13 +237,9 @@ def layer_norm(
 # ---------------------------------------------------------------------------------------------- RMSNorm
 
 
-def _rms_norm(input: Tensor, shape: Sequence[int], weight: Tensor | None, eps: float) -> Tensor:
-    y = _forward(_RMSNORM, input, shape, (weight,), eps)
-    return F.rms_norm(input, tuple(shape), weight, eps) if y is None else y
-
-
 def _rms_norm_op_body(input: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float) -> Tensor:
-    return _rms_norm(input, normalized_shape, weight, eps)
+    y = _forward(_RMSNORM, input, normalized_shape, (weight,), eps)
+    return F.rms_norm(input, tuple(normalized_shape), weight, eps) if y is None else y
 
 
 def _rms_norm_backward(
