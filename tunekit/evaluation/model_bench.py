@@ -13,6 +13,7 @@ import copy
 import importlib
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from tunekit.evaluation.model_results import (
     table,
     write_json,
 )
+from tunekit.integrations import inductor_outer_products
 from tunekit.integrations.patching import patch
 
 DTYPE: torch.dtype = getattr(torch, DTYPE_NAME)
@@ -174,49 +176,69 @@ def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -
         except TunekitError as exc:
             results.append(skipped(w.model, name, str(exc)))
             continue
-        for run_name in RUNS:
-            ids = ids_of[run_name]
-            if run_name == "train":
-                model.train()
-                clock = _first_call()
-                grads = _grads(model, run, ids)  # before any optimizer step: every variant from the same weights
-                first_s = clock()
-                opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-
-                def step(ids: torch.Tensor = ids, opt: torch.optim.Optimizer = opt, run: Any = run) -> None:
-                    opt.zero_grad(set_to_none=True)
-                    loss(run, ids).backward()
-                    opt.step()
-
-                before = _reset_peak(model)
-                ms = _time(step, 3, reps)
-            else:
-                model.eval()
-                infer = forward(run, ids)
-                clock = _first_call()
-                logits = infer()
-                first_s = clock()
-                logits = logits.clone()  # reduce-overhead: a CUDA graph's output is overwritten by the next replay
-                before = _reset_peak(model)
-                ms = _time(infer, 3, reps)
-            peak = (torch.cuda.max_memory_allocated() - before) / 2**30
-            tokens = ids.numel()
-            result = Result(w.model, name, run_name, ms, tokens / ms * 1e3, peak, first_call_s=first_s)
-            if run_name == "train":
-                if name == "eager":
-                    reference["grads"] = grads
-                else:
-                    result.grad_rel_err = max(_rel(grads[k], reference["grads"][k]) for k in reference["grads"])
-            elif name == "eager":
-                reference[run_name] = logits
-            else:
-                ref = reference[run_name]
-                result.logits_rel_err = _rel(logits, ref)
-                result.argmax_agree = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
-            results.append(result)
+        # compile alone and its modes compile their own graph, not the one tunekit's pass rewrites once a variant
+        # before them patched a model (inductor_outer_products)
+        own_graph = nullcontext() if name.startswith("tunekit") else inductor_outer_products.disabled()
+        with own_graph:
+            results += _runs(w, name, model, run, ids_of, reference, reps)
         del model, run
         _restore(clean)
         torch.cuda.empty_cache()
+    return results
+
+
+def _runs(
+    w: Workload,
+    name: str,
+    model: torch.nn.Module,
+    run: Callable[..., Any],
+    ids_of: dict[str, torch.Tensor],
+    reference: dict[str, Any],
+    reps: int,
+) -> list[Result]:
+    """One variant's runs (prefill, decode, train), each timed after its first call; `reference` holds eager's
+    logits and gradients (eager runs first) for the others' agreement."""
+    results: list[Result] = []
+    for run_name in RUNS:
+        ids = ids_of[run_name]
+        if run_name == "train":
+            model.train()
+            clock = _first_call()
+            grads = _grads(model, run, ids)  # before any optimizer step: every variant from the same weights
+            first_s = clock()
+            opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+
+            def step(ids: torch.Tensor = ids, opt: torch.optim.Optimizer = opt, run: Any = run) -> None:
+                opt.zero_grad(set_to_none=True)
+                loss(run, ids).backward()
+                opt.step()
+
+            before = _reset_peak(model)
+            ms = _time(step, 3, reps)
+        else:
+            model.eval()
+            infer = forward(run, ids)
+            clock = _first_call()
+            logits = infer()
+            first_s = clock()
+            logits = logits.clone()  # reduce-overhead: a CUDA graph's output is overwritten by the next replay
+            before = _reset_peak(model)
+            ms = _time(infer, 3, reps)
+        peak = (torch.cuda.max_memory_allocated() - before) / 2**30
+        tokens = ids.numel()
+        result = Result(w.model, name, run_name, ms, tokens / ms * 1e3, peak, first_call_s=first_s)
+        if run_name == "train":
+            if name == "eager":
+                reference["grads"] = grads
+            else:
+                result.grad_rel_err = max(_rel(grads[k], reference["grads"][k]) for k in reference["grads"])
+        elif name == "eager":
+            reference[run_name] = logits
+        else:
+            ref = reference[run_name]
+            result.logits_rel_err = _rel(logits, ref)
+            result.argmax_agree = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
+        results.append(result)
     return results
 
 
