@@ -133,3 +133,30 @@ def test_a_compile_runs_the_rewrite_only_while_on(fresh: None, monkeypatch: pyte
     with outer.disabled():
         compiled_mm()
     assert calls == [1]
+
+
+def test_a_failing_rewrite_leaves_the_compile_to_inductor(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import config
+
+    outer.install()
+
+    calls: list[int] = []
+
+    def broken(graph: torch.fx.Graph) -> int:
+        calls.append(1)
+        raise RuntimeError("a graph this pass did not expect")
+
+    monkeypatch.setattr(outer, "rewrite", broken)
+    a, b = torch.randn(6, 3), torch.randn(3, 5)
+    torch._dynamo.reset()
+    with config.patch(force_disable_caches=True):
+        torch.testing.assert_close(torch.compile(torch.mm)(a, b), a @ b)
+    assert calls == [1]
+
+
+def test_a_product_whose_values_cannot_be_multiplied_stays_a_gemm() -> None:
+    a, b = torch.randn(4, 1), torch.randn(1, 6)
+    gm = make_fx(_outer_mm, tracing_mode="fake")(a, b)
+    mm = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.mm.default)
+    mm.args[1].meta["val"] = torch.randn(2, 6)  # a real tensor of another shape beside a fake one
+    assert outer.rewrite(gm.graph) == 0 and len(_products(gm)) == 1

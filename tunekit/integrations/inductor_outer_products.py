@@ -67,10 +67,17 @@ def rewrite(graph: torch.fx.Graph) -> int:
         a_val, b_val = values
         if a_val.dtype != b_val.dtype or not a_val.is_floating_point() or not _static_one(a_val.shape[-1]):
             continue
+        try:
+            value = a_val * b_val  # fake tensors: the product's shape, dtype and device
+        except Exception:  # values this multiply cannot take (a real constant beside fake ones): the GEMM stays
+            _LOG.debug("tunekit: an outer product kept as a GEMM", exc_info=True)
+            continue
+        if tuple(value.shape) != tuple(node.meta.get("val", value).shape):
+            continue
         with graph.inserting_before(node):
             product = graph.call_function(aten.mul.Tensor, (a, b))
         product.meta = dict(node.meta)
-        product.meta["val"] = a_val * b_val  # fake tensors: the product's shape, dtype and device
+        product.meta["val"] = value
         node.replace_all_uses_with(product)
         graph.erase_node(node)
         replaced += 1
@@ -82,8 +89,12 @@ def _pass_class() -> type[Any]:
 
     class OuterProducts(CustomGraphPass):  # type: ignore[misc]
         def __call__(self, graph: torch.fx.Graph) -> None:
-            if active():
+            if not active():
+                return
+            try:
                 rewrite(graph)
+            except Exception:  # never the user's compile's failure: each rewrite made so far is whole and exact
+                _LOG.warning("tunekit: outer products left as GEMMs in a graph", exc_info=True)
 
         def uuid(self) -> Any:
             return f"tunekit-outer-products-{_VERSION}-{'on' if active() else 'off'}"
