@@ -11,6 +11,7 @@ from op_cases import CASES, Case
 
 import tunekit.ops as ops
 from tunekit.core.errors import TunekitError
+from tunekit.ops.declaration import PUBLIC
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}  # relative to the largest gradient
@@ -78,16 +79,9 @@ def test_untuned_triton_setting_serves_the_kernels(untuned_gpu, monkeypatch):
 
 # ---- eager training skips the custom-op dispatcher (its host cost), with the same numbers ----
 
-EAGER_TRAINED = (
-    "layer_norm",
-    "rms_norm",
-    "linear",
-    "matmul",
-    "gelu",
-    "bias_act",
-    "bias_act_residual",
-    "rotary_embedding",
-)
+# From the declarations (an op added needs no row here): ops whose declaration builds an eager autograd Function, and
+# ops that declare no autograd at all (torch's formula trains them).
+EAGER_TRAINED = tuple(sorted(name for name, op in PUBLIC.items() if op.eager is not None))
 
 
 def _spy_on_custom_ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -125,7 +119,15 @@ def test_eager_double_backward_raises(name):
 
 # ---- ops without a backward kernel: where gradients flow, the call is torch's own formula ----
 
-TORCH_TRAINED = ("swiglu",)
+TORCH_TRAINED = tuple(sorted(name for name, op in PUBLIC.items() if op.declaration.autograd is None))
+
+
+def test_the_declarations_say_how_each_op_trains() -> None:
+    """Every public op trains one way: its eager Function, torch's formula, or its custom op's registered autograd
+    (the reductions and softmax); the lists above are not empty by accident."""
+    through_custom_op = {name for name, op in PUBLIC.items() if op.eager is None and op.declaration.autograd}
+    assert "layer_norm" in EAGER_TRAINED and "swiglu" in TORCH_TRAINED and "softmax" in through_custom_op
+    assert sorted([*EAGER_TRAINED, *TORCH_TRAINED, *through_custom_op]) == sorted(ops.__all__)
 
 
 @pytest.mark.parametrize("name", TORCH_TRAINED)
