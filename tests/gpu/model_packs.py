@@ -435,6 +435,7 @@ def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
     from tunekit.evaluation.model_workflow import serving_from
     from tunekit.evaluation.step_timing import Alternation, default_timer
     from tunekit.evaluation.tune_model import tune_model
+    from tunekit.integrations import inductor_outer_products
     from tunekit.integrations.patching import patch
 
     rows = {}
@@ -457,7 +458,8 @@ def transfer(models: list[str], trials: int, rounds: int) -> dict[str, Any]:
         }
         if DEVICE == "cuda":
             compiled = copy.deepcopy(base)
-            variants["compile"] = (compiled, torch.compile(compiled), nullcontext)
+            # compile alone compiles its own graph (not with the outer-product pass tunekit.patch installed)
+            variants["compile"] = (compiled, torch.compile(compiled), inductor_outer_products.disabled)
         row: dict[str, Any] = {
             "tune_model_s": round(tune_s, 1),
             "demoted": len(report.demoted),

@@ -28,6 +28,7 @@ from tunekit.evaluation.model_results import Workload
 from tunekit.evaluation.step_profile import kind_table, profile_kinds
 from tunekit.evaluation.step_timing import Alternation, default_timer
 from tunekit.evaluation.tune_model import tune_model
+from tunekit.integrations import inductor_outer_products
 from tunekit.integrations.patching import patch
 
 SIZES = {"prefill": (4, 1024), "decode": (8, 1), "train": (2, 1024)}
@@ -99,7 +100,8 @@ def main() -> None:
     variants["tunekit"] = (tk, tk, nullcontext)
     if not opts.no_compile:
         compiled = copy.deepcopy(base)
-        variants["compile"] = (compiled, torch.compile(compiled), nullcontext)
+        # compile alone compiles its own graph (not with the outer-product pass tunekit.patch installed above)
+        variants["compile"] = (compiled, torch.compile(compiled), inductor_outer_products.disabled)
     try:
         liger_model, _ = _variant(base, "liger", opts.family)
         liger_state = _modeling_state(opts.family)
