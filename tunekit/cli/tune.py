@@ -226,7 +226,7 @@ def _tune_here(
     where = {plan_line(line.kernel, line.problem): line.where for line in lines.problems} if lines else {}
     visits: list[TuneResult] = []
 
-    def tune_one(spec: KernelSpec, problem: Problem, these: TuneOptions, store: Store) -> TuneResult:
+    def tune_one(spec: KernelSpec, problem: Problem, these: TuneOptions, store: Store) -> None:
         try:
             result = _tune_one(benches, spec, problem, (these, options.trials), store, terminal, json_out)
         except KeyboardInterrupt:
@@ -235,7 +235,6 @@ def _tune_here(
         if not json_out:
             for line in result.block() if terminal else [result.line()]:
                 say(line)
-        return result
 
     def failure(spec: KernelSpec, problem: Problem, exc: TunekitError) -> None:
         # this problem only: named with its plan line, and the next one runs
@@ -245,7 +244,7 @@ def _tune_here(
 
     run = tune_in_turn(work_list, options, benches, tune_one, failure, budget_s=budget, started=started)
     unreached = [f"{spec.name} {problem_text(spec, problem)}" for spec, problem in run.unreached]
-    _summary(run.results, failed, unreached, json_out, budget, timer.label, run.cache)
+    _summary(visits, failed, unreached, json_out, budget, timer.label, run.cache)
     return len(failed)
 
 

@@ -27,7 +27,6 @@ from tunekit.runtime import compile_policy
 
 _LOG = logging.getLogger("tunekit.compile")
 _VERSION = 1  # bump when what the pass rewrites changes (Inductor's cache key holds it)
-_PRODUCTS = ("mm", "bmm")  # aten ops whose operands are (A [.., M, K], B [.., K, N]), nothing else
 _disabled: list[bool] = []
 _installed: list[bool] = []
 
@@ -55,7 +54,7 @@ def rewrite(graph: torch.fx.Graph) -> int:
     """Replace every mm / bmm of `graph` whose K is statically 1 by the broadcast multiply of its operands; returns
     how many it replaced. Needs the nodes' fake values (`meta["val"]`), as a post-grad graph has them."""
     aten = torch.ops.aten
-    targets = {getattr(aten, name).default for name in _PRODUCTS}
+    targets = {aten.mm.default, aten.bmm.default}  # operands (A [.., M, K], B [.., K, N]), nothing else
     replaced = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in targets or len(node.args) != 2 or node.kwargs:

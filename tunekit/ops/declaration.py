@@ -66,10 +66,6 @@ class DeclaredOp:
     custom_op: CustomOpDef
     eager: type[torch.autograd.Function] | None = field(default=None)
 
-    @property
-    def body(self) -> Callable[..., Any]:
-        return self.declaration.body
-
     @cached_property
     def replayed(self) -> Callable[..., Any]:
         """The body as an eager Function runs it: through a hot-path plan. Built on first use, so an op that trains

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING
 
 from tunekit.core.errors import TunekitError
 
@@ -19,16 +19,13 @@ if TYPE_CHECKING:
     from tunekit.tuning.shared_bench import SharedBench
     from tunekit.tuning.tune_types import TuneOptions
 
-R = TypeVar("R")
 Work = Sequence[tuple["KernelSpec", "Problem"]]
 
 
 @dataclass
-class InTurn(Generic[R]):
-    """What `tune_in_turn` gives back: each visit's result (a budget may visit a problem twice), the problems the
-    budget did not reach, and the store's directory."""
+class InTurn:
+    """What `tune_in_turn` gives back: the problems the budget did not reach, and the store's directory."""
 
-    results: list[R]
     unreached: list[tuple[KernelSpec, Problem]]
     cache: Path
 
@@ -37,29 +34,28 @@ def tune_in_turn(
     work: Work,
     options: TuneOptions,
     bench: SharedBench,
-    tune_one: Callable[[KernelSpec, Problem, TuneOptions, Store], R],
+    tune_one: Callable[[KernelSpec, Problem, TuneOptions, Store], None],
     failed: Callable[[KernelSpec, Problem, TunekitError], None],
     *,
     budget_s: float | None = None,
     started: float | None = None,
     steps: Sequence[Collection[int]] = (),
     cache_dir: Path | None = None,
-) -> InTurn[R]:
+) -> InTurn:
     """Each problem of `work` through `tune_one(spec, problem, this visit's options, store)`, in the budget's order
     and passes where `budget_s` is given (counted from `started`, and weighted by `steps`: each step's problems as
     indices into `work`), else as listed; a TunekitError goes to `failed` and the next problem runs. Closes `bench`."""
     from tunekit.store.store import Store
     from tunekit.tuning.plan_budget import PlanBudget, plan_runs
 
-    results: list[R] = []
     try:
         planned = PlanBudget(work, budget_s, steps=steps, started=started) if budget_s is not None else None
         with Store(cache_dir) as store:
             for spec, problem, these in plan_runs(work, options, planned):
                 try:
-                    results.append(tune_one(spec, problem, these, store))
+                    tune_one(spec, problem, these, store)
                 except TunekitError as exc:
                     failed(spec, problem, exc)
     finally:
         bench.close()
-    return InTurn(results, planned.unreached if planned is not None else [], store.directory)
+    return InTurn(planned.unreached if planned is not None else [], store.directory)
