@@ -121,3 +121,56 @@ def count_calls(monkeypatch: Any, owner: object, name: str) -> list[int]:
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def check_screens(monkeypatch: Any) -> list[str]:
+    """From now on, every full-path call of a public op checks its hot-path screen against dispatch: where the
+    screen gives the call a value (and the call needs no autograd), each problem the op's forward kernel resolved
+    inside the call has that value (the screen is a necessary condition for a kernel to serve). Returns the list
+    of op names whose calls were checked, one per check."""
+    from tunekit.runtime import dispatch, hotpath
+
+    checked: list[str] = []
+    stack: list[list[tuple[str, Any]]] = []
+    config = dispatch.Dispatcher.config
+
+    def spied_config(self: Any, key: Any) -> Any:
+        if stack:
+            stack[-1].append((self.kernel, key))
+        return config(self, key)
+
+    def spy(hot: Any, op: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            stack.append([])
+            try:
+                return op(*args, **kwargs)
+            finally:
+                resolved = stack.pop()
+                _check_screen(hot, args, kwargs, resolved, checked)
+
+        return call
+
+    monkeypatch.setattr(dispatch.Dispatcher, "config", spied_config)
+    for hot in hotpath.ops():
+        monkeypatch.setattr(hot, "op", spy(hot, hot.op))
+    return checked
+
+
+def _check_screen(hot: Any, args: Any, kwargs: Any, resolved: Any, checked: list[str]) -> None:
+    from tunekit.core.registry import get_spec
+    from tunekit.runtime.hotpath import _needs_autograd
+
+    screen = hot.screen
+    if screen is None or _needs_autograd(args, kwargs):
+        return
+    try:
+        value = screen.of_call(*args, **kwargs)
+    except Exception:
+        return
+    spec = get_spec(screen.kernel)
+    for kernel, key in resolved:
+        if kernel != screen.kernel or value is None:
+            continue
+        problem = spec.problem_dict(key)
+        assert screen.of_problem(problem) == value, (hot.name, value, problem)
+        checked.append(hot.name)

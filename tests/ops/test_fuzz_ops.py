@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import check_screens
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +34,12 @@ SUPPORTED = [torch.float32, torch.float16, torch.bfloat16]
 DTYPES = SUPPORTED * 4 + [torch.float64, torch.int32, torch.bool]  # mostly supported: most examples compute
 TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (6e-2, 2e-2)}
 SIZES = [0, 1, 2, 3, 5, 8, 17]
+
+
+@pytest.fixture(autouse=True)
+def _screens_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fuzzed call also checks the op's hot-path screen against the problems its full path resolves."""
+    check_screens(monkeypatch)
 
 
 def _make(shape: list[int], dtype: torch.dtype, layout: str, special: bool, seed: int) -> torch.Tensor:

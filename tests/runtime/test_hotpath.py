@@ -10,15 +10,18 @@ from collections.abc import Callable
 import pytest
 import torch
 from fingerprints import gpu
-from helpers import cli, make_entry
+from helpers import check_screens, cli, make_entry
 from op_cases import CASES
 
 import tunekit.ops as ops
 from tunekit.core.errors import CacheMissError
+from tunekit.core.registry import get_spec
 from tunekit.launch.plan import Replay, TorchCall
 from tunekit.ops.declaration import PUBLIC, SELF, DeclaredOp
 from tunekit.runtime import compile_policy, dispatch, hotpath
 from tunekit.runtime.dispatch import TORCH, Resolution
+from tunekit.store.entry import TrialRecord
+from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
 
@@ -187,7 +190,6 @@ def test_record_problems_bypasses_plans(tmp_path: object) -> None:
 def test_bench_host_needs_a_gpu_and_says_so() -> None:
     """The benchmark command times eager launches; on the CPU it refuses in one line."""
 
-
     result = cli("bench-host")
     assert result.exit_code == 1 and "needs a CUDA GPU" in result.output and result.output.count("\n") == 1
 
@@ -290,25 +292,97 @@ def test_an_op_torch_serves_everywhere_calls_torch_with_no_key(monkeypatch: pyte
     assert _stats(ops.layer_norm).torch_direct == 3 and not ops.layer_norm.plans  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("kernel", ["layernorm", "layernorm_backward"])
-def test_one_entry_for_the_device_keeps_the_dispatch_path(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An entry of the op's forward or backward kernel on this device may serve a problem: the op keys its calls
-    again (after reset_all, as after an import); other ops stay torch's."""
-    _on_untuned_gpu(monkeypatch)
-    x, w = torch.randn(4, 40), torch.randn(40)
-    ops.layer_norm(x, (40,), w)
-    ops.rms_norm(x, (40,), w)
-    assert _stats(ops.layer_norm).torch_direct == 1
-    entry = make_entry(_UNTUNED_GPU, 1.0)
+def _entry_serving_a_kernel(kernel: str, problem: dict[str, object]) -> None:
+    """Store an entry of `kernel` for `problem` on the untuned GPU that dispatch would serve (its own source hash,
+    no torch time, not launch-bound)."""
+    spec = get_spec(kernel)
+    config = dict(spec.heuristic(problem, _UNTUNED_GPU))
+    entry = make_entry(_UNTUNED_GPU, 1.0, problem=problem)
+    key = CacheKey.make(kernel, spec.source_hash, _UNTUNED_GPU.key, problem)
+    entry = dataclasses.replace(entry, key=key, config=config, trials=(TrialRecord(config, "ok", 1.0),))
     with Store() as store:
-        store.put(dataclasses.replace(entry, key=dataclasses.replace(entry.key, kernel=kernel)))
+        store.put(entry)
+        assert [e.key for e in store.entries()] == [key]  # a valid entry: stored and read back
     dispatch.reset_all()
+
+
+_LN_PROBLEM = {"rows": 4, "cols": 40, "dtype": "float32", "weight": True, "bias": False}
+
+
+def test_an_entry_of_the_forward_kernel_keeps_the_dispatch_path_for_its_row_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After an entry serving the forward kernel lands (reset_all, as after an import), calls of its row length
+    take the dispatch path again; calls of another row length (the screen) and other ops stay torch's own."""
+    _on_untuned_gpu(monkeypatch)
+    x, w, other = torch.randn(4, 40), torch.randn(40), torch.randn(4, 24)
+    ops.layer_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1
+    _entry_serving_a_kernel("layernorm", _LN_PROBLEM)
     monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
     for _ in range(2):
         ops.layer_norm(x, (40,), w)
+        ops.layer_norm(other, 24, torch.randn(24))
         ops.rms_norm(x, (40,), w)
-    assert _stats(ops.layer_norm).torch_direct == 1 and len(ops.layer_norm.plans) == 1  # type: ignore[attr-defined]
-    assert _stats(ops.rms_norm).torch_direct == 3
+    assert _stats(ops.layer_norm).torch_direct == 3 and len(ops.layer_norm.plans) == 1  # type: ignore[attr-defined]
+    assert _stats(ops.rms_norm).torch_direct == 2
+
+
+def test_a_call_screened_out_never_consults_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    _on_untuned_gpu(monkeypatch)
+    _entry_serving_a_kernel("layernorm", _LN_PROBLEM)
+
+    def no_lookup(*_: object) -> None:
+        raise AssertionError("dispatch was consulted")
+
+    monkeypatch.setattr(dispatch.Dispatcher, "config", no_lookup)
+    x, w, b = torch.randn(3, 2, 12), torch.randn(2, 12), torch.randn(2, 12)
+    for _ in range(3):  # normalized over two dims: 24 elements a row, not 40
+        want = torch.nn.functional.layer_norm(x, (2, 12), w, b)
+        torch.testing.assert_close(ops.layer_norm(x, normalized_shape=(2, 12), weight=w, bias=b), want)
+    assert _stats(ops.layer_norm).torch_direct == 3 and not ops.layer_norm.plans  # type: ignore[attr-defined]
+
+
+def test_a_backward_entry_keys_training_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry of the backward kernel alone: a call without autograd is torch's own (the forward kernel serves
+    no problem here), a call that trains takes the dispatch path, which decides forward and backward."""
+    _on_untuned_gpu(monkeypatch)
+    _entry_serving_a_kernel("layernorm_backward", _LN_PROBLEM)
+    seen: list[str] = []
+    config = dispatch.Dispatcher.config
+    monkeypatch.setattr(dispatch.Dispatcher, "config", lambda self, key: seen.append(self.kernel) or config(self, key))
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    x, w = torch.randn(4, 40), torch.randn(40)
+    ops.layer_norm(x, (40,), w)
+    assert _stats(ops.layer_norm).torch_direct == 1 and not seen
+    ops.layer_norm(x.requires_grad_(), (40,), w).sum().backward()
+    assert _stats(ops.layer_norm).torch_direct == 1 and "layernorm_backward" in seen
+
+
+def test_every_screen_holds_for_the_problems_its_op_dispatches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen of each op (a value from its arguments, checked before any signature) equals that value of every
+    problem its forward kernel resolves in the full path, here on every op's case and on other dims and layouts
+    (tests/ops/test_fuzz_ops.py checks the same on every fuzzed call)."""
+    checked = check_screens(monkeypatch)
+    for name, (_, call, _) in CASES.items():
+        call(*_leaves(name))
+    x = torch.randn(4, 6, 10)
+    ops.softmax(x, 1)
+    ops.log_softmax(x.transpose(0, 2), 0)
+    ops.sum(x, (1, 2))
+    ops.sum(x, None)
+    ops.mean(x, 0, keepdim=True)
+    ops.max(x, 1)
+    ops.layer_norm(x, (6, 10))
+    ops.rms_norm(x, 10, torch.randn(10))
+    ops.gelu(x)
+    ops.bias_act(x, None, "relu")
+    ops.linear(x, torch.randn(7, 10))
+    ops.matmul(torch.randn(5, 10), torch.randn(10, 3).t().contiguous().t())
+    ops.swiglu(x, torch.randn(4, 6, 10))
+    q, k = torch.randn(2, 5, 3, 8), torch.randn(2, 5, 1, 8)
+    ops.rotary_embedding(q, k, torch.randn(2, 5, 8), torch.randn(2, 5, 8), unsqueeze_dim=2)
+    assert set(checked) == {hot.name for hot in hotpath.ops()}
 
 
 @pytest.mark.parametrize("variable", ["TUNEKIT_UNTUNED=triton", "TUNEKIT_TUNE_ON_MISS=1", "TUNEKIT_STRICT=1"])

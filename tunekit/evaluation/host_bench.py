@@ -1,14 +1,16 @@
-"""Host cost per eager call: every op in `tunekit.ops` next to torch's equivalent, the bare launch of the op's own
-compiled kernels, an empty Triton launch, and the GPU time of the same problem (a host time above the GPU time is a
-host-bound problem).
+"""Host cost per eager call: every op in `tunekit.ops` next to torch's equivalent, torch's call inside one Python
+function (the floor of any wrapper written in Python), the bare launch of the op's own compiled kernels, an empty
+Triton launch, and the GPU time of the same problem (a host time above the GPU time is a host-bound problem).
 
 Times are per call in a loop of `calls` calls after warm-up, synchronized once at the end: what a model's Python
-loop pays when the GPU keeps up. The GPU time is the median of CUDA-graph replays (`do_bench_cudagraph`). Needs a
-CUDA GPU. Run as `tunekit bench-host`.
+loop pays when the GPU keeps up. tunekit's call, torch's and the wrapped one are timed in turn for `rounds` rounds;
+each column is its median, the ratio the median of the rounds' ratios. The GPU time is the median of CUDA-graph
+replays (`do_bench_cudagraph`). Needs a CUDA GPU. Run as `tunekit bench-host`.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,13 +37,12 @@ class HostRow:
     served: str  # the dispatch layer that served it
     tunekit_us: float  # per call, host loop
     torch_us: float
+    wrapped_us: float  # torch's call inside one Python function
     bare_launch_us: float | None  # the op's compiled kernels fired with ready arguments (None: torch serves)
     gpu_us: float  # the GPU time of the tunekit call (median of CUDA-graph replays: no host cost in it)
 
-    @property
-    def ratio(self) -> float:
-        """torch's time over tunekit's: above 1.0 tunekit's call is cheaper."""
-        return self.torch_us / self.tunekit_us
+    ratio: float  # torch's time over tunekit's, median of the rounds: above 1.0 tunekit's call is cheaper
+    wrapped_ratio: float  # torch's over the wrapped call's: what any Python wrapper reaches at best
 
 
 Case = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Callable[[], Any]]
@@ -111,7 +112,14 @@ def _empty_launch_us(calls: int) -> tuple[float, float]:
     return jit, bare
 
 
-def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls: int) -> HostRow:
+def _wrapped(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        return fn()
+
+    return call
+
+
+def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls: int, rounds: int) -> HostRow:
     from triton.testing import do_bench_cudagraph
 
     from tunekit.runtime.dispatch import _DISPATCHERS
@@ -124,37 +132,48 @@ def _row(name: str, case: Case, rows: int, width: int, dtype: torch.dtype, calls
     def call() -> Any:
         return op(*args, **kwargs)
 
-    tk_us, torch_us = per_call_us(call, calls), per_call_us(ref, calls)
+    wrapped = _wrapped(ref)
+    times: list[tuple[float, float, float]] = []
+    for _ in range(rounds):
+        times.append((per_call_us(call, calls), per_call_us(ref, calls), per_call_us(wrapped, calls)))
+    tk_us, torch_us, wrapped_us = (statistics.median(column) for column in zip(*times))
+    ratio = statistics.median(t / k for k, t, _ in times)
+    wrapped_ratio = statistics.median(t / w for _, t, w in times)
     served = {layer for n, d in _DISPATCHERS.items() for layer in list(d.served_by.values())[before.get(n, 0) :]}
-    if stats is not None and stats.torch_direct > direct_before:  # no kernel of the op has an entry here
-        served.add("torch-all")
+    if stats is not None and stats.torch_direct > direct_before:  # no entry serves a kernel for this problem's size
+        served.add("torch-direct")
     bare = _bare_launch(op, args, kwargs, calls)
     gpu = do_bench_cudagraph(call, return_mode="median") * 1e3  # replayed as a graph: the GPU's time alone
     problem = f"{rows}x{width} {str(dtype).removeprefix('torch.')}"
-    return HostRow(name, problem, ",".join(sorted(served)) or "?", tk_us, torch_us, bare, gpu)
+    return HostRow(
+        name, problem, ",".join(sorted(served)) or "?", tk_us, torch_us, wrapped_us, bare, gpu, ratio, wrapped_ratio
+    )
 
 
-def measure(rows: int = 8, width: int = 1024, dtype: torch.dtype = torch.float16, calls: int = 3000) -> dict[str, Any]:
+def measure(
+    rows: int = 8, width: int = 1024, dtype: torch.dtype = torch.float16, calls: int = 3000, rounds: int = 5
+) -> dict[str, Any]:
     """One run on this host: a row per op, and the empty-launch floors."""
     if not torch.cuda.is_available():
         raise TunekitError("bench-host needs a CUDA GPU: it times eager launches")
-    out = [_row(name, case, rows, width, dtype, calls) for name, case in _cases(rows, width, dtype).items()]
+    cases = _cases(rows, width, dtype).items()
+    out = [_row(name, case, rows, width, dtype, calls, rounds) for name, case in cases]
     jit, bare = _empty_launch_us(calls)
-    return {"rows": [asdict(r) | {"ratio": r.ratio} for r in out], "empty_jit_us": jit, "empty_bare_us": bare}
+    return {"rows": [asdict(r) for r in out], "empty_jit_us": jit, "empty_bare_us": bare}
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        f"{'op':20s} {'problem':14s} {'served':10s} {'tunekit us':>10s} {'torch us':>9s} {'torch/tk':>8s} "
-        f"{'bare us':>8s} {'tk-bare':>8s} {'gpu us':>8s}"
+        f"{'op':20s} {'problem':14s} {'served':12s} {'tunekit us':>10s} {'torch us':>9s} {'torch/tk':>8s} "
+        f"{'torch/wrap':>10s} {'bare us':>8s} {'tk-bare':>8s} {'gpu us':>8s}"
     ]
     for r in result["rows"]:
         bare = r["bare_launch_us"]
         gap = f"{r['tunekit_us'] - bare:8.1f}" if bare is not None else f"{'-':>8s}"
         bare_s = f"{bare:8.1f}" if bare is not None else f"{'-':>8s}"
         lines.append(
-            f"{r['op']:20s} {r['problem']:14s} {r['served']:10s} {r['tunekit_us']:10.1f} {r['torch_us']:9.1f} "
-            f"{r['ratio']:8.2f} {bare_s} {gap} {r['gpu_us']:8.1f}"
+            f"{r['op']:20s} {r['problem']:14s} {r['served']:12s} {r['tunekit_us']:10.1f} {r['torch_us']:9.1f} "
+            f"{r['ratio']:8.2f} {r['wrapped_ratio']:10.2f} {bare_s} {gap} {r['gpu_us']:8.1f}"
         )
     lines.append(
         f"empty Triton kernel: {result['empty_jit_us']:.1f} us through the JIT, {result['empty_bare_us']:.1f} us bare"

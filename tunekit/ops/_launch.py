@@ -11,27 +11,34 @@ from typing import Any, TypedDict, cast
 import torch
 from torch.library import CustomOpDef
 
-from tunekit.core.space import Config
+from tunekit.core.space import Config, Problem
 from tunekit.core.spec import Inputs, KernelSpec, Outputs
 from tunekit.launch import watch as launch_watch
 from tunekit.launch.traced import is_traced, traced_pointers
 from tunekit.ops._checks import grads_flow
 from tunekit.runtime import recorder
-from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, torch_serves_all
+from tunekit.runtime.dispatch import TORCH, Dispatcher, chosen_under_compile, kernel_served_problems
 from tunekit.runtime.hotpath import readable
 
 
 class ServedBy(TypedDict):
-    torch_serves_all: Callable[[], bool]
+    served_problems: Callable[[], tuple[list[Problem], list[Problem]] | None]
     chosen_under_compile: Callable[[], bool]
 
 
-def served_by(*kernels: Dispatcher) -> ServedBy:
-    """An op's hot_path arguments that depend on its kernels (forward and backward): whether torch serves all of
-    their problems here, and whether one of them serves under torch.compile."""
+def _served_problems(forward: Dispatcher, *others: Dispatcher) -> tuple[list[Problem], list[Problem]] | None:
+    """The problems dispatch may serve a kernel for here: of every kernel of the op, of its forward kernel."""
+    first = kernel_served_problems(forward)
+    rest = kernel_served_problems(*others) if others else []
+    return None if first is None or rest is None else ([*first, *rest], first)
+
+
+def served_by(forward: Dispatcher, *others: Dispatcher) -> ServedBy:
+    """An op's hot_path arguments that depend on its kernels (the forward one first, then the backward ones):
+    the problems they may serve a kernel for here, and whether one of them serves under torch.compile."""
     return ServedBy(
-        torch_serves_all=partial(torch_serves_all, *kernels),
-        chosen_under_compile=partial(chosen_under_compile, *kernels),
+        served_problems=partial(_served_problems, forward, *others),
+        chosen_under_compile=partial(chosen_under_compile, forward, *others),
     )
 
 

@@ -15,7 +15,7 @@ and `public_op` wraps the front as a hot-path op with its torch fallback and the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from torch.library import CustomOpDef
 from tunekit.ops._launch import kernel_op, served_by
 from tunekit.runtime.dispatch import Dispatcher
 from tunekit.runtime.eager_autograd import SetupContext, eager_function
-from tunekit.runtime.hotpath import hot_path
+from tunekit.runtime.hotpath import Screen, hot_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 SELF = "self"  # Autograd.through: the op's gradients run through the op itself (GEMM's dA and dB are GEMMs)
@@ -116,18 +116,23 @@ PUBLIC: dict[str, DeclaredOp] = {}
 
 def public_op(
     torch_fallback: Callable[..., Any],
-    *kernels: Dispatcher,
+    forward: Dispatcher,
+    *backward: Dispatcher,
     runs: DeclaredOp,
+    screen: Screen,
     compiled_fallback: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Make a front a public op: hot-path plans per call signature, `torch_fallback` (with the front's signature)
-    where dispatch serves torch, and `kernels` (forward and backward) saying when torch serves every problem and
-    whether one of them serves under torch.compile. `runs`: the declared op the front ends in.
-    `compiled_fallback`: what a torch.compile trace of a call not traced as the op becomes (`torch_fallback` if
-    None)."""
+    where dispatch serves torch, and its kernels (forward, then backward) saying which problems they may serve a
+    kernel for here and whether one of them serves under torch.compile. `runs`: the declared op the front ends
+    in. `screen`: which argument's element count is which product of the forward kernel's problem fields (a call
+    of no served problem's count is torch's own). `compiled_fallback`: what a torch.compile trace of a call not
+    traced as the op becomes (`torch_fallback` if None)."""
 
     def wrap(front: F) -> F:
         PUBLIC[front.__name__] = runs
-        return hot_path(torch_fallback, compiled_equivalent=compiled_fallback, **served_by(*kernels))(front)
+        served = served_by(forward, *backward)
+        screened = replace(screen, kernel=forward.kernel)
+        return hot_path(torch_fallback, compiled_equivalent=compiled_fallback, screen=screened, **served)(front)
 
     return wrap

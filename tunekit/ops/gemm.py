@@ -27,11 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from tunekit.core.errors import InvalidInputError, TunekitError
+from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
-from tunekit.ops.declaration import SELF, Autograd, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import SELF, Autograd, OpDeclaration, Screen, declare, public_op
 from tunekit.runtime import compiled_gemm
 from tunekit.runtime.dispatch import TORCH, dispatcher
 
@@ -258,7 +259,20 @@ def _epilogue(product: torch.Tensor, activation: str | None, residual: torch.Ten
     return y if residual is None else y + residual
 
 
-@public_op(_torch_matmul, _GEMM, runs=_MATMUL)
+def _matmul_n_k(a: torch.Tensor, b: torch.Tensor, **_: object) -> tuple[int, int, str] | None:
+    return (b.shape[1], b.shape[0], DTYPE_NAMES[a.dtype]) if b.dim() == 2 else None
+
+
+def _linear_n_k(input: torch.Tensor, weight: torch.Tensor, *_: object, **__: object) -> tuple[int, int, str] | None:
+    # weight is [out_features, in_features]: b = weight.T is [K, N]
+    return (weight.shape[0], weight.shape[1], DTYPE_NAMES[input.dtype]) if weight.dim() == 2 else None
+
+
+# n and k: exact in GEMM's problem, where m (tokens) is bucketed
+_GEMM_FIELDS = ("n", "k", "dtype")
+
+
+@public_op(_torch_matmul, _GEMM, runs=_MATMUL, screen=Screen(_matmul_n_k, _GEMM_FIELDS))
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -293,7 +307,9 @@ def matmul(
     return _gemm_2d(g)
 
 
-@public_op(_torch_linear, _GEMM, runs=_MATMUL, compiled_fallback=_compiled_linear)
+@public_op(
+    _torch_linear, _GEMM, runs=_MATMUL, screen=Screen(_linear_n_k, _GEMM_FIELDS), compiled_fallback=_compiled_linear
+)
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,

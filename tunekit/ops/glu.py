@@ -25,7 +25,7 @@ from tunekit.kernels.glu.swiglu import torch_swiglu
 from tunekit.launch import watch as launch_watch
 from tunekit.ops._checks import grads_flow
 from tunekit.ops._launch import dispatch_launch
-from tunekit.ops.declaration import OpDeclaration, declare, public_op
+from tunekit.ops.declaration import OpDeclaration, Screen, declare, public_op
 from tunekit.runtime.dispatch import dispatcher
 from tunekit.search_spaces.glu.swiglu import MAX_COLS
 
@@ -88,7 +88,11 @@ def _torch_call(gate: Tensor, up: Tensor) -> Tensor:
     return torch_swiglu(gate, up)
 
 
-@public_op(torch_swiglu, _SWIGLU_KERNEL, runs=_SWIGLU)
+def _swiglu_row(gate: Tensor, *_: object, **__: object) -> tuple[int, str]:
+    return gate.shape[-1], DTYPE_NAMES[gate.dtype]
+
+
+@public_op(torch_swiglu, _SWIGLU_KERNEL, runs=_SWIGLU, screen=Screen(_swiglu_row, ("cols", "dtype")))
 def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     """silu(gate) * up in one pass. Where gradients flow to gate or up: torch's formula and its autograd."""
     if not kernel_takes(gate, up) or grads_flow(gate, up):

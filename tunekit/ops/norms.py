@@ -24,9 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import DTYPE_NAMES
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
-from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Screen, declare, public_op
 from tunekit.runtime.dispatch import Dispatcher, dispatcher
 from tunekit.runtime.eager_autograd import SetupContext
 
@@ -131,6 +132,25 @@ def _declare_norm(
     return declare(OpDeclaration(name, body, _like_input, Autograd(setup, formula, through=through)))
 
 
+def _row_length(input: Tensor, normalized_shape: int | Sequence[int], *_: object, **__: object) -> tuple[int, str]:
+    cols = normalized_shape if isinstance(normalized_shape, int) else math.prod(normalized_shape)
+    return cols, DTYPE_NAMES[input.dtype]
+
+
+_NORM_SCREEN = Screen(_row_length, ("cols", "dtype"))  # a norm's row: the product of normalized_shape
+
+
+def _taking_an_int_shape(torch_norm: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """torch's norm (F.layer_norm, F.rms_norm), taking an int normalized_shape as the op does (torch's takes a
+    sequence only): the op's torch fallback."""
+
+    def call(input: Tensor, normalized_shape: int | Sequence[int], *args: Any, **kwargs: Any) -> Tensor:
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        return torch_norm(input, shape, *args, **kwargs)
+
+    return call
+
+
 def _rows_like(input: Tensor, n: int) -> Tensor:
     """A [M, n] stand-in of input's dtype, no memory: enough for a kernel's key_of before the real rows exist."""
     return input.new_empty(()).expand(input.numel() // max(n, 1), n)
@@ -212,7 +232,7 @@ _LAYER_NORM = _declare_norm(
 )
 
 
-@public_op(F.layer_norm, _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM)
+@public_op(_taking_an_int_shape(F.layer_norm), _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM, screen=_NORM_SCREEN)
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -296,7 +316,7 @@ _RMS_NORM = _declare_norm(
 )
 
 
-@public_op(F.rms_norm, _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM)
+@public_op(_taking_an_int_shape(F.rms_norm), _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM, screen=_NORM_SCREEN)
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:

@@ -24,10 +24,11 @@ from typing import Any
 import torch
 
 from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.kernels.common import TORCH_ACTIVATIONS
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch, launch_on_their_device, served_config, torch_trains_it
-from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import Autograd, OpDeclaration, Screen, declare, public_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
 from tunekit.search_spaces.pointwise.pointwise import ACTIVATIONS
 
@@ -268,7 +269,15 @@ def _torch_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return torch.nn.functional.gelu(input, approximate=approximate)
 
 
-@public_op(_torch_gelu, _POINTWISE, _POINTWISE_BACKWARD, runs=_GELU)
+def _bucketed_numel(input: torch.Tensor, *_: object, **__: object) -> tuple[int, str]:
+    return row_bucket(input.numel()), DTYPE_NAMES[input.dtype]
+
+
+# the kernel's problem holds the element count bucketed
+_POINTWISE_SCREEN = Screen(_bucketed_numel, ("numel", "dtype"))
+
+
+@public_op(_torch_gelu, _POINTWISE, _POINTWISE_BACKWARD, runs=_GELU, screen=_POINTWISE_SCREEN)
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """torch.nn.functional.gelu: 'none' is the erf form, 'tanh' the tanh approximation (fused, one pass)."""
     activation = _gelu_activation(approximate)
@@ -291,7 +300,7 @@ def _torch_bias_act_residual(
     return _torch_pointwise(input, bias, residual, activation, scale)
 
 
-@public_op(_torch_bias_act, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT)
+@public_op(_torch_bias_act, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT, screen=_POINTWISE_SCREEN)
 def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *, scale: float = 1.0) -> torch.Tensor:
     """act(input * scale + bias): bias [N] (or None) over the last dim N; activation one of ACTIVATIONS."""
     if use_custom_op(input, bias):
@@ -301,7 +310,7 @@ def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, *,
     return _BIAS_ACT.run(input, bias, activation, scale, trains=grads_flow(input, bias))
 
 
-@public_op(_torch_bias_act_residual, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT_RESIDUAL)
+@public_op(_torch_bias_act_residual, _POINTWISE, _POINTWISE_BACKWARD, runs=_BIAS_ACT_RESIDUAL, screen=_POINTWISE_SCREEN)
 def bias_act_residual(
     input: torch.Tensor,
     bias: torch.Tensor | None,

@@ -36,7 +36,7 @@ from tunekit.ops._checks import (
     use_custom_op,
 )
 from tunekit.ops._launch import dispatch_launch
-from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Screen, declare, public_op
 from tunekit.runtime.dispatch import dispatcher
 
 __all__ = ["max", "mean", "sum"]
@@ -218,19 +218,31 @@ def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype
     return (_SUM if op == "sum" else _MEAN).run(input, dims, bool(keepdim), dtype, trains=use_custom_op(input))
 
 
-@public_op(torch.sum, _REDUCTION, runs=_SUM)
+def _reduced_cols(input: torch.Tensor, dim: DimArg = None, *_: object, **__: object) -> int | None:
+    """The reduction kernel's exact `cols` for a contiguous input, as _run_reduction lays it out (None: another
+    layout, which _layout may permute)."""
+    if input.dim() == 0 or not input.is_contiguous():
+        return None
+    layout = _layout(input, normalize_dims(dim, input.dim(), "reduce"))
+    return layout.length if layout.inner == 1 and layout.outer > 1 else layout.inner
+
+
+_REDUCTION_SCREEN = Screen(_reduced_cols, ("cols",))
+
+
+@public_op(torch.sum, _REDUCTION, runs=_SUM, screen=_REDUCTION_SCREEN)
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     return _sum_or_mean("sum", input, dim, keepdim, dtype)
 
 
-@public_op(torch.mean, _REDUCTION, runs=_MEAN)
+@public_op(torch.mean, _REDUCTION, runs=_MEAN, screen=_REDUCTION_SCREEN)
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
     return _sum_or_mean("mean", input, dim, keepdim, dtype)
 
 
-@public_op(torch.max, _REDUCTION, runs=_MAX)
+@public_op(torch.max, _REDUCTION, runs=_MAX, screen=_REDUCTION_SCREEN)
 def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_types.max:
     """torch.max(input, dim, keepdim): (values, indices), the first index of the max; NaN wins (first NaN)."""
     check_input(input, "max")

@@ -34,7 +34,7 @@ from tunekit.kernels.rope.rope import apply_rotary, rotate_half
 from tunekit.kernels.rope.rope_backward import rotate_half_adjoint
 from tunekit.ops._checks import grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
-from tunekit.ops.declaration import Autograd, OpDeclaration, declare, public_op
+from tunekit.ops.declaration import Autograd, OpDeclaration, Screen, declare, public_op
 from tunekit.runtime.dispatch import dispatcher
 
 _ROPE = dispatcher("rope")
@@ -186,7 +186,11 @@ _ROTARY = declare(
 )
 
 
-@public_op(_torch_rotary, _ROPE, _ROPE_BACKWARD, runs=_ROTARY)
+def _head_dim(q: Tensor, *_: object, **__: object) -> tuple[int, str]:
+    return q.shape[-1], DTYPE_NAMES[q.dtype]
+
+
+@public_op(_torch_rotary, _ROPE, _ROPE_BACKWARD, runs=_ROTARY, screen=Screen(_head_dim, ("head_dim", "dtype")))
 def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim): (q_embed, k_embed)."""
     views = kernel_views(q, k, cos, sin, unsqueeze_dim)

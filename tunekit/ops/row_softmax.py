@@ -51,7 +51,7 @@ from tunekit.ops._checks import (
     use_custom_op,
 )
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
-from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Runs, declare, public_op
+from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Runs, Screen, declare, public_op
 from tunekit.runtime.dispatch import TORCH, dispatcher
 
 __all__ = ["cross_entropy", "log_softmax", "softmax"]
@@ -174,7 +174,11 @@ _CROSS_ENTROPY = declare(
 )
 
 
-@public_op(_torch_cross_entropy, _CE, runs=_CROSS_ENTROPY)
+def _classes(input: Tensor, *_: object, **__: object) -> tuple[int, str]:
+    return input.shape[-1], DTYPE_NAMES[input.dtype]  # the kernel serves 2-D logits [N, C], torch the rest
+
+
+@public_op(_torch_cross_entropy, _CE, runs=_CROSS_ENTROPY, screen=Screen(_classes, ("cols", "dtype")))
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -269,13 +273,20 @@ def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log:
     return (_LOG_SOFTMAX_OP if log else _SOFTMAX_OP).run(x, d, dtype, trains=use_custom_op(x))
 
 
-@public_op(torch.softmax, _SOFTMAX, runs=_SOFTMAX_OP)
+def _softmax_length(input: torch.Tensor, dim: int, *_: object, **__: object) -> int:
+    return input.shape[dim] if input.dim() else 1
+
+
+_SOFTMAX_SCREEN = Screen(_softmax_length, ("cols",))
+
+
+@public_op(torch.softmax, _SOFTMAX, runs=_SOFTMAX_OP, screen=_SOFTMAX_SCREEN)
 def softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=False)
 
 
-@public_op(torch.log_softmax, _SOFTMAX, runs=_LOG_SOFTMAX_OP)
+@public_op(torch.log_softmax, _SOFTMAX, runs=_LOG_SOFTMAX_OP, screen=_SOFTMAX_SCREEN)
 def log_softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.log_softmax(input, dim, dtype): fp32 math. A dim other than the last is moved there (maybe a copy)."""
     return _softmax_call(input, dim, dtype, log=True)

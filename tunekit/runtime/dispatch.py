@@ -291,26 +291,39 @@ def dispatcher(kernel: str) -> Dispatcher:
     return d
 
 
-def torch_serves_all(*dispatchers: Dispatcher) -> bool:
-    """Whether dispatch serves torch's own op for every problem of these kernels on this device today: a GPU, the
-    default policy for untuned problems (torch; no tune-on-miss, not strict), and no entry for one of these kernels
-    on this device in the user's cache or a shipped database. Then nothing could serve a Triton config, and an op
-    may call torch without computing its problem key (a device with no tuned data: torch's cost per call)."""
+def kernel_served_problems(*dispatchers: Dispatcher) -> list[Problem] | None:
+    """The problems of these kernels that dispatch may serve a kernel config for (not torch's op) on this device,
+    where it serves torch for every other problem: the entries of this device in the user's cache and the shipped
+    databases that serve a kernel, and the shipped entries of its hardware under another Triton version (dispatch
+    may check and serve those). None where any problem may be served a kernel: the interpreter, untuned problems
+    on Triton, tune on miss, strict mode, or a kernel without torch's fallback."""
     device = fingerprint()
     if device.is_interpreter or settings.untuned() != "torch" or settings.tune_on_miss() or settings.strict():
-        return False
-    kernels = {d.kernel for d in dispatchers}
+        return None
     if not all(d.spec.torch_fallback for d in dispatchers):
-        return False
-    if any(k.kernel in kernels and k.device_key == device.key for k in shipped_entries()):
-        return False
+        return None
+    other_tritons = version_policy.other_triton_device_keys(device, shipped_entries())
+    problems: list[Problem] = []
     store = _open_store()
-    if store is None:
-        return True
     try:
-        return not any(e.key.kernel in kernels and e.key.device_key == device.key for e in store.entries())
+        for d in dispatchers:
+            local = store.scope_entries(d.kernel, device.key) if store is not None else []
+            for entry in (*local, *shipped_scope(d.kernel, device.key)):
+                if entry.key.source_hash == d.spec.source_hash and serves_kernel(d.spec, entry, device):
+                    problems.append(dict(entry.key.problem))
+            for device_key in other_tritons:  # their times are measured here when checked: any may serve
+                problems += [dict(e.key.problem) for e in shipped_scope(d.kernel, device_key)]
     finally:
-        store.close()
+        if store is not None:
+            store.close()
+    return problems
+
+
+def torch_serves_all(*dispatchers: Dispatcher) -> bool:
+    """Whether dispatch serves torch's own op for every problem of these kernels on this device today (a device
+    with no tuned data that serves a kernel, under the default policy): then an op may call torch without
+    computing its problem key."""
+    return kernel_served_problems(*dispatchers) == []
 
 
 def chosen_under_compile(*dispatchers: Dispatcher) -> bool:

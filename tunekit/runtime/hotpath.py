@@ -8,6 +8,10 @@ call with a signature is watched, and from then on the op is a plan:
   each compiled kernel's launcher (Triton's `CompiledKernel.run`, the launch entry its JIT path ends in);
 - `TorchCall`: where dispatch served torch's own implementation, call torch's op directly.
 
+Before any signature, two checks send a call straight to torch's op: every problem of the op's kernels is torch's
+on this device (no entry that serves a kernel), or, for a call that needs no autograd, its `Screen` value (the
+element count of one tensor argument) is that of no problem an entry serves a kernel for.
+
 A watched call that did anything else (copied, filled, computed with torch) gets no plan and keeps the full path.
 The first call with a signature always takes the full path (it may tune, compile or store), and is not watched.
 
@@ -19,7 +23,7 @@ fires each launch through the interpreter, so the CPU tests exercise the same si
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,6 +31,7 @@ from typing import Any, TypeVar
 import torch
 
 from tunekit.core.errors import InvalidInputError
+from tunekit.core.space import Problem
 from tunekit.launch.plan import TorchCall, build_plan
 from tunekit.launch.watch import Watch, watching
 from tunekit.runtime import compile_policy, recorder
@@ -50,6 +55,32 @@ class Stats:
     watched: int = 0
     plans: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """A necessary condition for a call without autograd to be served a kernel, cheaper than its signature: the
+    call's value of some exact fields of the forward kernel's problem (`of_call`, with the op's signature) is that
+    of a problem an entry serves a kernel for here. A bucketed field (GEMM's m) must be given bucketed, or left
+    out. `of_call` returning None, or raising, leaves the call to the full path."""
+
+    of_call: Callable[..., object]
+    fields: tuple[str, ...]  # one field: its value; more: the tuple of their values
+    kernel: str = ""  # the forward kernel (public_op names it)
+
+    def of_problem(self, problem: Problem) -> object:
+        if len(self.fields) == 1:
+            return problem[self.fields[0]]
+        return tuple(problem[f] for f in self.fields)
+
+
+def _needs_autograd(args: Sequence[object], kwargs: dict[str, object]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return True
+    return False
 
 
 def _signature(
@@ -122,7 +153,8 @@ class HotPath:
         self,
         op: Callable[..., Any],
         torch_equivalent: Callable[..., Any] | None,
-        torch_serves_all: Callable[[], bool] | None = None,
+        served_problems: Callable[[], tuple[Sequence[Problem], Sequence[Problem]] | None] | None = None,
+        screen: Screen | None = None,
         chosen_under_compile: Callable[[], bool] | None = None,
         public: bool = True,
         compiled_equivalent: Callable[..., Any] | None = None,
@@ -133,14 +165,31 @@ class HotPath:
         self.torch_equivalent = torch_equivalent
         # what a torch.compile trace of a call not traced as tunekit's op becomes (torch's code, by default)
         self.compiled_equivalent = compiled_equivalent or torch_equivalent
-        self.torch_serves_all = torch_serves_all
+        # (problems of all the op's kernels, of its forward kernel) that dispatch may serve a kernel for; None:
+        # any problem may be served one (the interpreter, a policy that serves untuned problems a kernel)
+        self.served_problems = served_problems
+        self.screen = screen
         self.only_torch: bool | None = None  # decided on the first call, again after `forget`
+        self.screened: Collection[object] | None = None  # the screen values that may be served a kernel; with it
         self.chosen_under_compile = chosen_under_compile
         self.compile_chosen: bool | None = None  # decided when first traced, again after `forget`
         self.plans: dict[tuple[object, ...], object] = {}
         self.stats = Stats()
         self.name = op.__name__
         functools.update_wrapper(self, op)
+
+    def _decide(self) -> bool:
+        """Whether torch serves every call here; sets the screen's values for the rest."""
+        served = self.served_problems() if self.served_problems is not None else None
+        if served is None:
+            self.screened = None
+            self.only_torch = False
+            return False
+        every, forward = served
+        screen = self.screen
+        self.screened = frozenset(screen.of_problem(p) for p in forward) if screen is not None else None
+        self.only_torch = not every
+        return self.only_torch
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
@@ -154,10 +203,19 @@ class HotPath:
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
         if only_torch is None:
-            only_torch = self.only_torch = self.torch_serves_all is not None and self.torch_serves_all()
+            only_torch = self._decide()
         if only_torch:  # torch serves every problem of this op here: no signature, no key, torch's own call
             self.stats.torch_direct += 1
             return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
+        screened = self.screened
+        if screened is not None:
+            try:
+                value = self.screen.of_call(*args, **kwargs)  # type: ignore[union-attr]
+            except Exception:  # arguments the op refuses: its full path says why
+                value = None
+            if value is not None and value not in screened and not _needs_autograd(args, kwargs):
+                self.stats.torch_direct += 1  # no entry serves a kernel for a problem of this size
+                return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
         try:
             signature = _signature(args, kwargs)
             plan = self.plans.get(signature)
@@ -200,6 +258,7 @@ class HotPath:
     def forget(self) -> None:
         self.plans.clear()
         self.only_torch = None
+        self.screened = None
         self.compile_chosen = None
 
 
@@ -207,18 +266,20 @@ def hot_path(
     torch_equivalent: Callable[..., Any] | None = None,
     *,
     public: bool = True,
-    torch_serves_all: Callable[[], bool] | None = None,
+    served_problems: Callable[[], tuple[Sequence[Problem], Sequence[Problem]] | None] | None = None,
+    screen: Screen | None = None,
     chosen_under_compile: Callable[[], bool] | None = None,
     compiled_equivalent: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Decorate a public op. `torch_equivalent`, with the op's signature, is what a call served TORCH becomes.
-    `torch_serves_all()` says whether dispatch serves torch for every problem of the op's kernels (forward and
-    backward) on this device: then every call is torch's own, with no per-call work of tunekit's.
+    `served_problems()`: the problems dispatch may serve a kernel for on this device, of all the op's kernels
+    (forward and backward) and of its forward kernel (None: any problem may be); where there is none, every call
+    is torch's own, with no per-call work of tunekit's, and `screen` sends others there by size.
     public=False: an op's inner step (the body its eager autograd Function runs forward or backward), replayed
     the same way but not listed among the ops."""
 
     def wrap(op: F) -> F:
-        hot = HotPath(op, torch_equivalent, torch_serves_all, chosen_under_compile, public, compiled_equivalent)
+        hot = HotPath(op, torch_equivalent, served_problems, screen, chosen_under_compile, public, compiled_equivalent)
         (_OPS if public else _INNER).append(hot)
         return hot  # type: ignore[return-value]
 

@@ -191,6 +191,14 @@ def _record(entry: Entry, device: DeviceFingerprint, verdict: Verdict, path: Pat
         logger.warning("tunekit: could not record the check of %s in %s: %s", entry.key.kernel, path, exc)
 
 
+def other_triton_device_keys(device: DeviceFingerprint, shipped: Mapping[CacheKey, Entry]) -> list[str]:
+    """The device keys of this device's hardware under another Triton version among the shipped entries, where
+    dispatch may serve their entries (TUNEKIT_OTHER_TRITON is not "never")."""
+    if settings.other_triton() == "never":
+        return []
+    return [key for key, _ in _other_triton_keys(device, shipped)]
+
+
 def _other_triton_keys(device: DeviceFingerprint, entries: Mapping[CacheKey, Entry]) -> list[tuple[str, str]]:
     """(device key, Triton version) of this device's hardware under other Triton versions, among `entries`'
     devices; the newest version first."""
