@@ -223,6 +223,11 @@ def _reduced_cols(input: torch.Tensor, dim: DimArg = None, *_: object, **__: obj
     layout, which _layout may permute)."""
     if input.dim() == 0 or not input.is_contiguous():
         return None
+    if type(dim) is int:  # the common call, without building the layout: _layout's sizes of a contiguous input
+        shape = input.shape
+        d = dim + len(shape) if dim < 0 else dim
+        outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1 :])
+        return shape[d] if inner == 1 and outer > 1 else inner
     layout = _layout(input, normalize_dims(dim, input.dim(), "reduce"))
     return layout.length if layout.inner == 1 and layout.outer > 1 else layout.inner
 

@@ -213,7 +213,11 @@ class HotPath:
                 value = self.screen.of_call(*args, **kwargs)  # type: ignore[union-attr]
             except Exception:  # arguments the op refuses: its full path says why
                 value = None
-            if value is not None and value not in screened and not _needs_autograd(args, kwargs):
+            if (
+                value is not None
+                and value not in screened
+                and (not torch.is_grad_enabled() or not _needs_autograd(args, kwargs))
+            ):
                 self.stats.torch_direct += 1  # no entry serves a kernel for a problem of this size
                 return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
         try:
