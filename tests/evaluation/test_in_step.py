@@ -78,6 +78,18 @@ def test_a_call_is_charged_its_kernels_its_nested_calls_and_its_backward() -> No
     assert costs.members == {(0, 0): {(0, 0)}, (0, 1): set()}
 
 
+def test_in_a_step_bound_by_the_host_a_call_is_charged_the_longer_of_its_host_and_gpu_time() -> None:
+    """Without the launch outside every call, the GPU is busy 87 ns of the calls' 450 ns span: the step waits on the
+    host, and each call costs it the longer of its windows' host time and its kernels' GPU time."""
+    events = [e for e in _trace() if e.correlation != 102]
+    costs = call_costs(events, top={0, 1})
+    assert costs.ms[(0, 0)] == pytest.approx((100 + 120) / 1e6)  # host 220 ns against GPU 80 ns
+    assert costs.ms[(0, 1)] == pytest.approx(50 / 1e6)  # host 50 ns against GPU 7 ns
+    longer = [TraceEvent(e.name, True, e.start_ns, e.start_ns + 400, 0, correlation=101) if e.correlation == 101
+              and e.on_device else e for e in events]  # fmt: skip
+    assert call_costs(longer, top={0, 1}).ms[(0, 0)] == pytest.approx((50 + 400) / 1e6)  # GPU-bound: GPU time
+
+
 def test_only_top_level_calls_are_charged() -> None:
     assert set(call_costs(_trace(), top={1}).ms) == {(0, 1)}
 

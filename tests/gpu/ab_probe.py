@@ -3,7 +3,10 @@
 with its min and max. For checks where the two may be the same computation (a GPU with no tuned data, where
 tunekit serves torch's op) and a difference would be an artefact of the order of measurement.
 
-    python tests/gpu/ab_probe.py [--rounds 7] [--out DIR]
+    python tests/gpu/ab_probe.py [--rounds 7] [--out DIR] [--decode-only] [--no-shipped]
+
+--no-shipped: the process sees no shipped database (every op then serves torch, untuned): with and without, the
+decode step's cost of tunekit's per-call path where the packs cover the widths, against where nothing does.
 
 Rows: a Llama-7B layer's ops at 4096 and 8 rows (forward), the norms' and linear's forward+backward, and a
 2-layer Llama's eager decode step (8 x 1 tokens, host-bound) unpatched against tunekit-patched.
@@ -81,9 +84,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    parser.add_argument("--decode-only", action="store_true")
+    parser.add_argument("--no-shipped", action="store_true")
     opts = parser.parse_args()
+    if opts.no_shipped:
+        from tunekit.runtime import dispatch
+        from tunekit.store import database
+
+        database.read_shipped = lambda *_: {}  # type: ignore[assignment]
+        database._shipped_by_scope.cache_clear()
+        dispatch.reset_all()  # clears the shipped entries too
     rows = []
-    for name, (tunekit_fn, torch_fn) in {**op_pairs(), **decode_pair()}.items():
+    pairs = decode_pair() if opts.decode_only else {**op_pairs(), **decode_pair()}
+    for name, (tunekit_fn, torch_fn) in pairs.items():
         tunekit_fn(), torch_fn()
         ratios, tk_ms, torch_ms = [], [], []
         for _ in range(opts.rounds):
@@ -94,7 +107,8 @@ def main() -> None:
             torch_ms.append(b)
         rows.append({"case": name, "ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
                      "tunekit_ms": statistics.median(tk_ms), "torch_ms": statistics.median(torch_ms)})  # fmt: skip
-    (opts.out / "ab_probe.json").write_text(json.dumps(rows, indent=1))
+    tag = ("_decode" if opts.decode_only else "") + ("_no_shipped" if opts.no_shipped else "")
+    (opts.out / f"ab_probe{tag}.json").write_text(json.dumps(rows, indent=1))
     print(f"{'case':34} {'tunekit us':>10} {'torch us':>9} {'torch/tk':>8} {'min':>6} {'max':>6}")
     for r in rows:
         print(

@@ -308,7 +308,7 @@ def _train_peak_gib(model: torch.nn.Module, train: Any) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**30
 
 
-def reverify(models: list[str], rounds: int) -> dict[str, Any]:
+def reverify(models: list[str], rounds: int, step_names: list[str] | None = None) -> dict[str, Any]:
     import importlib.resources
 
     from tunekit.evaluation.model_workflow import serving_from
@@ -331,7 +331,7 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
             entries = read_document(held / f"{name}.json")
             mine = [e for e in entries if e.key.device_key == device.key]
             vocab = PACK_MODELS[name].widths["vocab_size"]
-            step_fns = steps_for(vocab)
+            step_fns = {s: fn for s, fn in steps_for(vocab).items() if step_names is None or s in step_names}
             gen = torch.Generator(device="cpu").manual_seed(2)
             ids = torch.randint(0, vocab, PACK_STEPS["prefill"], generator=gen).to(DEVICE)
 
@@ -353,10 +353,12 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
                 rebuilt = [kept.get(e.key, e) if e.key.device_key == device.key else e for e in entries]
                 write_document(OUT / "packs" / f"{name}.json", rebuilt)
                 with_pack = _logits_vs_eager(base, eager, ids, exact)
-                with_pack["peak_gib"] = _train_peak_gib(base, step_fns["train"])
+                if "train" in step_fns:
+                    with_pack["peak_gib"] = _train_peak_gib(base, step_fns["train"])
             with tempfile.TemporaryDirectory() as tmp, serving_from(Path(tmp)):
                 without = _logits_vs_eager(base, eager, ids, exact)
-                without["peak_gib"] = _train_peak_gib(base, step_fns["train"])
+                if "train" in step_fns:
+                    without["peak_gib"] = _train_peak_gib(base, step_fns["train"])
             chosen = [d.verdict.chosen for d in report.in_step]
             rows[name] = {
                 "entries": len(mine),
@@ -367,7 +369,7 @@ def reverify(models: list[str], rounds: int) -> dict[str, Any]:
                 "steps": {s.step: {"with_vs_without": s.vs_before, "vs_eager": s.vs_eager} for s in report.steps},
                 "with_pack": with_pack,
                 "without_pack": without,
-                "eager_peak_gib": _train_peak_gib(eager, step_fns["train"]),
+                "eager_peak_gib": _train_peak_gib(eager, step_fns["train"]) if "train" in step_fns else None,
                 "seconds": round(time.perf_counter() - t0, 1),
             }
             print(report.table(), flush=True)
@@ -512,6 +514,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tag", default="one")
     parser.add_argument("--compiled-steps", default="decode", help="the compiled stage's steps")
+    parser.add_argument("--reverify-steps", default=None, help="the reverify stage's steps (default: every step)")
     parser.add_argument("--shrink", type=int, default=1)
     parser.add_argument("--phases-of", type=Path, default=None, help="only print a tune log's seconds per phase")
     opts = parser.parse_args()
@@ -539,7 +542,8 @@ def main() -> None:
         elif stage == "compare":
             result[stage] = compare(work, opts.against)
         elif stage == "reverify":
-            result[stage] = reverify(models, opts.rounds)
+            steps = opts.reverify_steps.split(",") if opts.reverify_steps else None
+            result[stage] = reverify(models, opts.rounds, steps)
         elif stage == "compiled":
             result[stage] = compiled(models, opts.compiled_steps.split(","))
         elif stage == "transfer":

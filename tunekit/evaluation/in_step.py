@@ -5,8 +5,11 @@ its own layouts and clocks, and a set of configs that each won alone can lose to
 step's: each serving (what was served before tuning, what the tuner chose, torch's op for every problem) runs the
 step under the profiler, with every tunekit op call in a range (tunekit.runtime.attribution), and each call is
 charged the GPU time of the kernels it launched, of those the calls nested in it launched, and of its backward
-(the autograd nodes it created, matched by sequence number). One profiled run prices every problem of the step at
-once, so the servings cost a few step runs each, not one per problem and candidate.
+(the autograd nodes it created, matched by sequence number). In a step that waits on the host (its GPU busy for
+under half its span: decode) a call is charged the longer of that GPU time and its own host time: there the GPU
+idles while the host works, so a kernel faster on the GPU but dearer to launch makes the step slower. One profiled
+run prices every problem of the step at once, so the servings cost a few step runs each, not one per problem and
+candidate.
 
 Calls that share a problem (the same shapes in every layer, a forward and its backward) are decided together: a
 group's cost under a serving is the sum of its calls'. The servings are timed in blocks, each block running every
@@ -31,6 +34,8 @@ import torch
 from tunekit.runtime.attribution import INNER, Attribution, Inner, Problem, attributing, parse_range
 
 BEFORE, TUNED, TORCH_OP, CONTROL = "before", "tuned", "torch", "control"
+# A profiled step whose GPU is busy for less than this share of its calls' host span is bound by the host.
+HOST_BOUND_SHARE = 0.5
 BACKWARD = "autograd::engine::evaluate_function:"  # a backward node's run, with its forward's sequence number
 API_CALL = re.compile(r"^cu(da)?[A-Z]")  # a CUDA runtime or driver call (its correlation id names its GPU work)
 Serving = Callable[[], AbstractContextManager[Any]]
@@ -98,6 +103,7 @@ class Launches:
     calls: list[tuple[int, int, int]]
     starts: list[tuple[int, int]]
     on_gpu: bool  # whether the profile holds any GPU activity
+    device_ns: int  # the GPU's busy ns (every kernel, memset and memcpy, summed)
 
     @staticmethod
     def of(events: Iterable[TraceEvent]) -> Launches:
@@ -115,7 +121,8 @@ class Launches:
             for e in host
             if e.correlation in device_ns and API_CALL.match(e.name)
         )
-        return Launches(host, ranges, calls, [(thread, start) for thread, start, _ in calls], bool(device_ns))
+        starts = [(thread, start) for thread, start, _ in calls]
+        return Launches(host, ranges, calls, starts, bool(device_ns), sum(device_ns.values()))
 
     def gpu_ns(self, thread: int, start: int, end: int) -> int:
         """The GPU ns of the work launched on `thread` in [start, end]."""
@@ -123,7 +130,8 @@ class Launches:
 
 
 def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
-    """Each top-level call's GPU ms (host ms where the trace holds no GPU activity) and the calls it ran."""
+    """Each top-level call's GPU ms (host ms where the trace holds no GPU activity; the longer of the two where the
+    step is bound by the host) and the calls it ran."""
     tops: dict[tuple[int, int], tuple[int, int, int]] = {}
     inner: list[tuple[int, int, Inner]] = []
     profile = Launches.of(events)
@@ -147,6 +155,8 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
     forward_starts = [(thread, start) for thread, start, _ in forward]
     inner_starts = [(thread, start) for thread, start, _ in inner]
     costs = CallCosts()
+    span = max((e for _, _, e in tops.values()), default=0) - min((s for _, s, _ in tops.values()), default=0)
+    host_bound = profile.device_ns < HOST_BOUND_SHARE * span
     for (run, position), (thread, start, end) in tops.items():
         if position not in top:
             continue
@@ -155,11 +165,14 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
             node = backward.get((thread, forward[i][2]))
             if node is not None:
                 windows.add(node)
+        host_ns = sum(e - s for _, s, e in windows)
         if profile.on_gpu:
             launched = {i for window in windows for i in _within(launch_starts, *window)}
             ns = sum(launches[i][2] for i in launched)
+            if host_bound:  # the GPU waits on the host: the call costs the step its host time where that is longer
+                ns = max(ns, host_ns)
         else:  # no GPU activity: the windows' host time
-            ns = sum(e - s for _, s, e in windows)
+            ns = host_ns
         costs.ms[(run, position)] = ns / 1e6
         costs.members[(run, position)] = {inner[i][2] for window in windows for i in _within(inner_starts, *window)}
     return costs

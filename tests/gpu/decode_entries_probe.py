@@ -1,0 +1,71 @@
+"""Which shipped entries make the patched eager decode step slower? The 2-layer Llama-7B-width decode step (8x1)
+patched against unpatched in alternation (tests/gpu/ab_probe.py's pair), served by: every shipped entry, none, and
+every shipped entry but one kernel's (one row per kernel with entries on this GPU). With each row, the dispatch
+layers that served the patched step's problems.
+
+    python tests/gpu/decode_entries_probe.py [--rounds 7] [--out DIR]
+
+Prints the table last; JSON under --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from ab_probe import decode_pair
+from triton.testing import do_bench
+
+from tunekit.core.device import fingerprint
+from tunekit.runtime import dispatch
+from tunekit.store import database
+
+
+def _serve(entries: dict) -> None:
+    """The process's shipped databases are `entries` from now on."""
+    database.read_shipped = lambda *_: dict(entries)  # type: ignore[assignment]
+    database._shipped_by_scope.cache_clear()
+    dispatch.reset_all()
+
+
+def _layers() -> dict[str, dict[str, int]]:
+    return {k: dict(Counter(d.served_by.values())) for k, d in dispatch._DISPATCHERS.items() if d.served_by}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    opts = parser.parse_args()
+    every = database.shipped_entries()
+    here = fingerprint().key
+    kernels = sorted({k.kernel for k in every if k.device_key == here})
+    variants = {"every entry": every, "no entry": {}}
+    for kernel in kernels:
+        variants[f"all but {kernel}"] = {k: e for k, e in every.items() if k.kernel != kernel}
+    ((patched_fn, eager_fn),) = decode_pair().values()
+    rows = []
+    for name, entries in variants.items():
+        _serve(entries)
+        for _ in range(3):
+            patched_fn(), eager_fn()
+        ratios = []
+        for _ in range(opts.rounds):
+            a = do_bench(patched_fn, warmup=5, rep=20, return_mode="median")
+            b = do_bench(eager_fn, warmup=5, rep=20, return_mode="median")
+            ratios.append(b / a)
+        rows.append({"variant": name, "ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                     "layers": _layers()})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    (opts.out / "decode_entries_probe.json").write_text(json.dumps(rows, indent=1))
+    print(f"{'entries served':28} {'eager/patched':>13} {'min':>6} {'max':>6}")
+    for r in rows:
+        print(f"{r['variant']:28} {r['ratio']:13.3f} {r['min']:6.3f} {r['max']:6.3f}")
+
+
+if __name__ == "__main__":
+    main()
