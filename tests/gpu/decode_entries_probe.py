@@ -15,13 +15,14 @@ import json
 import os
 import statistics
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 from ab_probe import decode_pair
 from triton.testing import do_bench
 
 from tunekit.core.device import fingerprint
-from tunekit.runtime import dispatch
+from tunekit.runtime import dispatch, hotpath
 from tunekit.store import database
 
 
@@ -36,21 +37,29 @@ def _layers() -> dict[str, dict[str, int]]:
     return {k: dict(Counter(d.served_by.values())) for k, d in dispatch._DISPATCHERS.items() if d.served_by}
 
 
+def _hot_paths() -> dict[str, dict]:
+    """Per op called in the step: replays, torch-direct calls, plans and refusals (why a signature has no plan)."""
+    return {h.name: asdict(h.stats) for h in hotpath.ops() if h.stats.replays + h.stats.torch_direct + h.stats.watched}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--kernels", default="", help="the kernels to leave out one at a time (default: every one)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     opts = parser.parse_args()
     every = database.shipped_entries()
     here = fingerprint().key
     kernels = sorted({k.kernel for k in every if k.device_key == here})
     variants = {"every entry": every, "no entry": {}}
-    for kernel in kernels:
+    for kernel in opts.kernels.split(",") if opts.kernels else kernels:
         variants[f"all but {kernel}"] = {k: e for k, e in every.items() if k.kernel != kernel}
     ((patched_fn, eager_fn),) = decode_pair().values()
     rows = []
     for name, entries in variants.items():
         _serve(entries)
+        for hot in hotpath.ops():
+            hot.stats = hotpath.Stats()
         for _ in range(3):
             patched_fn(), eager_fn()
         ratios = []
@@ -59,7 +68,7 @@ def main() -> None:
             b = do_bench(eager_fn, warmup=5, rep=20, return_mode="median")
             ratios.append(b / a)
         rows.append({"variant": name, "ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                     "layers": _layers()})  # fmt: skip
+                     "layers": _layers(), "hot_paths": _hot_paths()})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     (opts.out / "decode_entries_probe.json").write_text(json.dumps(rows, indent=1))
     print(f"{'entries served':28} {'eager/patched':>13} {'min':>6} {'max':>6}")

@@ -388,10 +388,13 @@ def reverify(models: list[str], rounds: int, step_names: list[str] | None = None
     for name, row in rows.items():
         steps = row["steps"]
         w, wo = row["with_pack"], row["without_pack"]
+        ratios = (f"{steps[s]['with_vs_without']:7.3f}x" if s in steps else f"{'-':>8s}" for s in PACK_STEPS)
+        peaks = (w.get("peak_gib"), wo.get("peak_gib"), row["eager_peak_gib"])
         print(
             f"{name:<14} "
-            + " ".join(f"{steps[s]['with_vs_without']:7.3f}x" for s in ("prefill", "decode", "train"))
-            + f"  {w['peak_gib']:.2f}/{wo['peak_gib']:.2f}/{row['eager_peak_gib']:.2f}"
+            + " ".join(ratios)
+            + "  "
+            + "/".join("-" if p is None else f"{p:.2f}" for p in peaks)
             + f"   {w['rel_err']:.4f}/{wo['rel_err']:.4f}   {w['argmax_agree']:.3f}/{wo['argmax_agree']:.3f}"
             + f"   {w['fp32_err']:.4f}/{wo['fp32_err']:.4f}/{w['eager_fp32_err']:.4f}"
         )
