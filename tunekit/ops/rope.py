@@ -186,11 +186,18 @@ _ROTARY = declare(
 )
 
 
-def _head_dim(q: Tensor, *_: object, **__: object) -> tuple[int, str]:
-    return q.shape[-1], DTYPE_NAMES[q.dtype]
+def _heads(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: object = 1) -> tuple[int, ...] | None:
+    """(q heads, k heads, head dim, dtype) as kernel_views lays q and k out; None where it would not."""
+    heads = _heads_dim(unsqueeze_dim)
+    if heads is None or q.dim() != 4 or k.dim() != 4:
+        return None
+    return q.shape[heads], k.shape[heads], q.shape[-1], DTYPE_NAMES[q.dtype]
 
 
-@public_op(_torch_rotary, _ROPE, _ROPE_BACKWARD, runs=_ROTARY, screen=Screen(_head_dim, ("head_dim", "dtype")))
+_ROPE_SCREEN = Screen(_heads, ("q_heads", "k_heads", "head_dim", "dtype"))
+
+
+@public_op(_torch_rotary, _ROPE, _ROPE_BACKWARD, runs=_ROTARY, screen=_ROPE_SCREEN)
 def rotary_embedding(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim): (q_embed, k_embed)."""
     views = kernel_views(q, k, cos, sin, unsqueeze_dim)
