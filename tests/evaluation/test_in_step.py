@@ -5,6 +5,7 @@ interpreter's Triton kernels lose to torch's ops by orders of magnitude, which m
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from helpers import TESTS, cli
 
+import tunekit.ops as ops
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.evaluation.in_step import (
@@ -78,16 +80,49 @@ def test_a_call_is_charged_its_kernels_its_nested_calls_and_its_backward() -> No
     assert costs.members == {(0, 0): {(0, 0)}, (0, 1): set()}
 
 
-def test_in_a_step_bound_by_the_host_a_call_is_charged_the_longer_of_its_host_and_gpu_time() -> None:
-    """Without the launch outside every call, the GPU is busy 87 ns of the calls' 450 ns span: the step waits on the
-    host, and each call costs it the longer of its windows' host time and its kernels' GPU time."""
-    events = [e for e in _trace() if e.correlation != 102]
-    costs = call_costs(events, top={0, 1})
-    assert costs.ms[(0, 0)] == pytest.approx((100 + 120) / 1e6)  # host 220 ns against GPU 80 ns
-    assert costs.ms[(0, 1)] == pytest.approx(50 / 1e6)  # host 50 ns against GPU 7 ns
-    longer = [TraceEvent(e.name, True, e.start_ns, e.start_ns + 400, 0, correlation=101) if e.correlation == 101
-              and e.on_device else e for e in events]  # fmt: skip
-    assert call_costs(longer, top={0, 1}).ms[(0, 0)] == pytest.approx((50 + 400) / 1e6)  # GPU-bound: GPU time
+def test_a_step_whose_gpu_idles_most_of_its_span_is_bound_by_the_host() -> None:
+    """With the long launch outside every call, the GPU is busy 1087 ns of the calls' 450 ns span; without it, 87
+    ns: the step waits on the host. The calls are charged their GPU time either way (host time is timed apart)."""
+    assert not call_costs(_trace(), top={0, 1}).host_bound
+    costs = call_costs([e for e in _trace() if e.correlation != 102], top={0, 1})
+    assert costs.host_bound
+    assert costs.ms == {(0, 0): pytest.approx(80e-6), (0, 1): pytest.approx(7e-6)}
+    assert not call_costs([e for e in _trace() if not e.on_device], top={0, 1}).host_bound  # no GPU: host time
+
+
+@pytest.mark.parametrize("first_host_bound", [True, False])
+def test_in_a_step_bound_by_the_host_a_call_costs_the_longer_of_its_host_and_gpu_time(
+    first_host_bound: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the first profile says the step waits on the host, every serving's calls are also timed on the host
+    without the profiler, and each is charged the longer of the two; otherwise their GPU time."""
+    from tunekit.evaluation import in_step
+
+    profiles: list[bool] = []
+
+    def profiled(call, attribution, first_run, runs):
+        attribution.top.add(0)
+        profiles.append(first_host_bound if not profiles else not first_host_bound)  # later ones disagree
+        ms = {(run, 0): 0.010 for run in range(first_run, first_run + runs)}
+        return in_step.CallCosts(ms=ms, members={k: set() for k in ms}, host_bound=profiles[-1])
+
+    monkeypatch.setattr(in_step, "_profile", profiled)
+    monkeypatch.setattr(in_step, "_host_ms", lambda *a: {0: 0.050})
+    servings = {"tuned": contextlib.nullcontext, "before": contextlib.nullcontext}
+    timed, _ = in_step._time_servings(lambda: None, servings, 1, 2, 1)
+    want = 0.050 if first_host_bound else 0.010
+    assert timed.ms == {"tuned": [{0: pytest.approx(want)}], "before": [{0: pytest.approx(want)}]}
+
+
+def test_timing_on_the_host_charges_each_top_level_call_its_own_host_time() -> None:
+    x, w = torch.randn(8, 32), torch.randn(32)
+    with attributing() as attribution, attribution.timing_host() as host_ns:
+        attribution.begin_run(0)
+        ops.rms_norm(x, (32,), w)
+        ops.softmax(x, -1)
+        ns = dict(host_ns)
+    assert set(ns) == {0, 1} and all(v > 0 for v in ns.values())
+    assert attribution._host_ns is None  # off again after the block
 
 
 def test_only_top_level_calls_are_charged() -> None:

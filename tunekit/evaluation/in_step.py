@@ -6,10 +6,11 @@ step's: each serving (what was served before tuning, what the tuner chose, torch
 step under the profiler, with every tunekit op call in a range (tunekit.runtime.attribution), and each call is
 charged the GPU time of the kernels it launched, of those the calls nested in it launched, and of its backward
 (the autograd nodes it created, matched by sequence number). In a step that waits on the host (its GPU busy for
-under half its span: decode) a call is charged the longer of that GPU time and its own host time: there the GPU
-idles while the host works, so a kernel faster on the GPU but dearer to launch makes the step slower. One profiled
-run prices every problem of the step at once, so the servings cost a few step runs each, not one per problem and
-candidate.
+under half its calls' span: decode) a call is charged the longer of that GPU time and its host time, timed in runs
+without the profiler (whose cost per recorded op would charge torch's calls, several ops each, more than a
+replayed launch): there the GPU idles while the host works, so a kernel faster on the GPU but dearer to launch
+makes the step slower. One profiled run prices every problem of the step at once, so the servings cost a few step
+runs each, not one per problem and candidate.
 
 Calls that share a problem (the same shapes in every layer, a forward and its backward) are decided together: a
 group's cost under a serving is the sum of its calls'. The servings are timed in blocks, each block running every
@@ -82,10 +83,11 @@ def trace_events(profile: torch.profiler.profile, shapes: bool = False) -> list[
 @dataclass
 class CallCosts:
     """Per (run, position) of a top-level op call: its cost in ms, and the other calls it ran (nested in it, or in
-    its backward), by (run, index)."""
+    its backward), by (run, index); whether the profiled step waits on the host."""
 
     ms: dict[tuple[int, int], float] = field(default_factory=dict)
     members: dict[tuple[int, int], set[Inner]] = field(default_factory=dict)
+    host_bound: bool = False
 
 
 def _within(starts: list[tuple[int, int]], thread: int, start: int, end: int) -> range:
@@ -130,8 +132,8 @@ class Launches:
 
 
 def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
-    """Each top-level call's GPU ms (host ms where the trace holds no GPU activity; the longer of the two where the
-    step is bound by the host) and the calls it ran."""
+    """Each top-level call's GPU ms (host ms where the trace holds no GPU activity) and the calls it ran; whether
+    the step waits on the host (its GPU busy for under HOST_BOUND_SHARE of its calls' span)."""
     tops: dict[tuple[int, int], tuple[int, int, int]] = {}
     inner: list[tuple[int, int, Inner]] = []
     profile = Launches.of(events)
@@ -154,9 +156,8 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
     launch_starts = profile.starts
     forward_starts = [(thread, start) for thread, start, _ in forward]
     inner_starts = [(thread, start) for thread, start, _ in inner]
-    costs = CallCosts()
     span = max((e for _, _, e in tops.values()), default=0) - min((s for _, s, _ in tops.values()), default=0)
-    host_bound = profile.device_ns < HOST_BOUND_SHARE * span
+    costs = CallCosts(host_bound=profile.on_gpu and profile.device_ns < HOST_BOUND_SHARE * span)
     for (run, position), (thread, start, end) in tops.items():
         if position not in top:
             continue
@@ -165,14 +166,11 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
             node = backward.get((thread, forward[i][2]))
             if node is not None:
                 windows.add(node)
-        host_ns = sum(e - s for _, s, e in windows)
         if profile.on_gpu:
             launched = {i for window in windows for i in _within(launch_starts, *window)}
             ns = sum(launches[i][2] for i in launched)
-            if host_bound:  # the GPU waits on the host: the call costs the step its host time where that is longer
-                ns = max(ns, host_ns)
         else:  # no GPU activity: the windows' host time
-            ns = host_ns
+            ns = sum(e - s for _, s, e in windows)
         costs.ms[(run, position)] = ns / 1e6
         costs.members[(run, position)] = {inner[i][2] for window in windows for i in _within(inner_starts, *window)}
     return costs
@@ -241,27 +239,51 @@ def _profile(call: Callable[[], Any], attribution: Attribution, first_run: int, 
     return call_costs(trace_events(profile), attribution.top)
 
 
+def _host_ms(call: Callable[[], Any], attribution: Attribution, first_run: int, runs: int) -> dict[int, float]:
+    """Per top-level position, its mean host ms over `runs` step runs without the profiler."""
+    totals: dict[int, int] = {}
+    with attribution.timing_host() as host_ns:
+        for run in range(first_run, first_run + runs):
+            attribution.begin_run(run)
+            call()
+            for position, ns in host_ns.items():
+                totals[position] = totals.get(position, 0) + ns
+            host_ns.clear()
+    return {position: ns / runs / 1e6 for position, ns in totals.items()}
+
+
+def charged(gpu_ms: Mapping[int, float], host_ms: Mapping[int, float]) -> dict[int, float]:
+    """Per position in a step bound by the host: the longer of the call's GPU time and its host time."""
+    return {p: max(ms, host_ms.get(p, 0.0)) for p, ms in gpu_ms.items()}
+
+
 def _time_servings(
     call: Callable[[], Any], servings: Mapping[str, Serving], blocks: int, runs: int, warmup: int
 ) -> tuple[_Blocks, Attribution]:
     """Each block runs every serving (rotated order): `warmup` runs then `runs` timed ones, all profiled: the first
     run of a serving takes the full path, where dispatch notes each call's problems (later runs replay plans), and
-    its profile says which top-level call each backward call belongs to."""
+    its profile says which top-level call each backward call belongs to. Where the first profile says the step
+    waits on the host, every serving's calls are also timed on the host, in `runs` more runs without the profiler
+    (one rule for every serving, so that their costs compare)."""
     timed = _Blocks({name: [] for name in servings})
     names = list(servings)
     first = 0
+    host_bound: bool | None = None
     with attributing() as attribution:
         for block in range(blocks):
             for name in names[block % len(names) :] + names[: block % len(names)]:
                 with servings[name]():
                     costs = _profile(call, attribution, first, warmup + runs)
+                    host_bound = costs.host_bound if host_bound is None else host_bound
+                    host_ms = _host_ms(call, attribution, first + warmup + runs, runs) if host_bound else {}
                 per_position: dict[int, list[float]] = {}
                 for (run, position), ms in costs.ms.items():
                     timed.members.setdefault(position, set()).update(costs.members[(run, position)])
                     if run >= first + warmup:
                         per_position.setdefault(position, []).append(ms)
-                timed.ms[name].append({p: statistics.fmean(v) for p, v in per_position.items()})
-                first += warmup + runs
+                gpu_ms = {p: statistics.fmean(v) for p, v in per_position.items()}
+                timed.ms[name].append(charged(gpu_ms, host_ms) if host_ms else gpu_ms)
+                first += warmup + runs + (runs if host_ms else 0)
     return timed, attribution
 
 

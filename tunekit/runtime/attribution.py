@@ -14,6 +14,7 @@ duration only, so an ordinary call pays nothing for them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +60,17 @@ class Attribution:
     _inner: int = 0
     _thread: int = field(default_factory=threading.get_ident)
     _stacks: threading.local = field(default_factory=threading.local)
+    _host_ns: dict[int, int] | None = None  # while timing_host: per top-level position, its host ns this run
+
+    @contextmanager
+    def timing_host(self) -> Iterator[dict[int, int]]:
+        """Time each top-level call on the host (perf_counter, no profiler range) until the block ends; the dict
+        yielded fills with each position's ns."""
+        self._host_ns = {}
+        try:
+            yield self._host_ns
+        finally:
+            self._host_ns = None
 
     def begin_run(self, run: int) -> None:
         """The next step run starts: calls count from 0 again, ranges carry `run`."""
@@ -84,9 +96,17 @@ class Attribution:
             name, self._inner = (self.run, self._inner), self._inner + 1
             label = range_name(*name, prefix=INNER)
         stack.append(name)
+        host_ns = self._host_ns
         try:
-            with torch.profiler.record_function(label):
+            if host_ns is None:
+                with torch.profiler.record_function(label):
+                    return run()
+            start = time.perf_counter_ns()
+            try:
                 return run()
+            finally:
+                if len(stack) == 1 and isinstance(name, int):
+                    host_ns[name] = host_ns.get(name, 0) + time.perf_counter_ns() - start
         finally:
             stack.pop()
 
