@@ -23,6 +23,7 @@ same windows are charged their host time.
 from __future__ import annotations
 
 import bisect
+import gc
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -239,17 +240,27 @@ def _profile(call: Callable[[], Any], attribution: Attribution, first_run: int, 
     return call_costs(trace_events(profile), attribution.top)
 
 
+HOST_RUNS = 5  # step runs timed on the host per serving and block: a call's median over them
+
+
 def _host_ms(call: Callable[[], Any], attribution: Attribution, first_run: int, runs: int) -> dict[int, float]:
-    """Per top-level position, its mean host ms over `runs` step runs without the profiler."""
-    totals: dict[int, int] = {}
-    with attribution.timing_host() as host_ns:
-        for run in range(first_run, first_run + runs):
-            attribution.begin_run(run)
-            call()
-            for position, ns in host_ns.items():
-                totals[position] = totals.get(position, 0) + ns
-            host_ns.clear()
-    return {position: ns / runs / 1e6 for position, ns in totals.items()}
+    """Per top-level position, its median host ms over `runs` step runs without the profiler (the collector off:
+    a collection inside one call would charge it milliseconds)."""
+    per_run: dict[int, list[int]] = {}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with attribution.timing_host() as host_ns:
+            for run in range(first_run, first_run + runs):
+                attribution.begin_run(run)
+                call()
+                for position, ns in host_ns.items():
+                    per_run.setdefault(position, []).append(ns)
+                host_ns.clear()
+    finally:
+        if enabled:
+            gc.enable()
+    return {position: statistics.median(ns) / 1e6 for position, ns in per_run.items()}
 
 
 def charged(gpu_ms: Mapping[int, float], host_ms: Mapping[int, float]) -> dict[int, float]:
@@ -263,7 +274,7 @@ def _time_servings(
     """Each block runs every serving (rotated order): `warmup` runs then `runs` timed ones, all profiled: the first
     run of a serving takes the full path, where dispatch notes each call's problems (later runs replay plans), and
     its profile says which top-level call each backward call belongs to. Where the first profile says the step
-    waits on the host, every serving's calls are also timed on the host, in `runs` more runs without the profiler
+    waits on the host, every serving's calls are also timed on the host, in HOST_RUNS more runs without the profiler
     (one rule for every serving, so that their costs compare)."""
     timed = _Blocks({name: [] for name in servings})
     names = list(servings)
@@ -275,7 +286,7 @@ def _time_servings(
                 with servings[name]():
                     costs = _profile(call, attribution, first, warmup + runs)
                     host_bound = costs.host_bound if host_bound is None else host_bound
-                    host_ms = _host_ms(call, attribution, first + warmup + runs, runs) if host_bound else {}
+                    host_ms = _host_ms(call, attribution, first + warmup + runs, HOST_RUNS) if host_bound else {}
                 per_position: dict[int, list[float]] = {}
                 for (run, position), ms in costs.ms.items():
                     timed.members.setdefault(position, set()).update(costs.members[(run, position)])
@@ -283,7 +294,7 @@ def _time_servings(
                         per_position.setdefault(position, []).append(ms)
                 gpu_ms = {p: statistics.fmean(v) for p, v in per_position.items()}
                 timed.ms[name].append(charged(gpu_ms, host_ms) if host_ms else gpu_ms)
-                first += warmup + runs + (runs if host_ms else 0)
+                first += warmup + runs + (HOST_RUNS if host_ms else 0)
     return timed, attribution
 
 
