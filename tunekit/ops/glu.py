@@ -20,7 +20,7 @@ from torch import Tensor
 
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
-from tunekit.core.spec import DTYPE_NAMES
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.kernels.glu.swiglu import torch_swiglu
 from tunekit.launch import watch as launch_watch
 from tunekit.ops._checks import grads_flow
@@ -88,11 +88,12 @@ def _torch_call(gate: Tensor, up: Tensor) -> Tensor:
     return torch_swiglu(gate, up)
 
 
-def _swiglu_row(gate: Tensor, *_: object, **__: object) -> tuple[int, str]:
-    return gate.shape[-1], DTYPE_NAMES[gate.dtype]
+def _swiglu_rows(gate: Tensor, *_: object, **__: object) -> tuple[int, int, str]:
+    cols = gate.shape[-1]
+    return row_bucket(gate.numel() // cols if cols else 0), cols, DTYPE_NAMES[gate.dtype]
 
 
-@public_op(torch_swiglu, _SWIGLU_KERNEL, runs=_SWIGLU, screen=Screen(_swiglu_row, ("cols", "dtype")))
+@public_op(torch_swiglu, _SWIGLU_KERNEL, runs=_SWIGLU, screen=Screen(_swiglu_rows, ("rows", "cols", "dtype")))
 def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     """silu(gate) * up in one pass. Where gradients flow to gate or up: torch's formula and its autograd."""
     if not kernel_takes(gate, up) or grads_flow(gate, up):

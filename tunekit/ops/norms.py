@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
-from tunekit.core.spec import DTYPE_NAMES
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
 from tunekit.ops.declaration import Autograd, DeclaredOp, OpDeclaration, Screen, declare, public_op
@@ -132,12 +132,32 @@ def _declare_norm(
     return declare(OpDeclaration(name, body, _like_input, Autograd(setup, formula, through=through)))
 
 
-def _row_length(input: Tensor, normalized_shape: int | Sequence[int], *_: object, **__: object) -> tuple[int, str]:
+def _bucketed_rows(input: Tensor, normalized_shape: int | Sequence[int]) -> tuple[int, int]:
+    """(the bucketed row count, the row length) of the kernels' [M, N] view: N the product of normalized_shape."""
     cols = normalized_shape if isinstance(normalized_shape, int) else math.prod(normalized_shape)
-    return cols, DTYPE_NAMES[input.dtype]
+    return row_bucket(input.numel() // cols), cols
 
 
-_NORM_SCREEN = Screen(_row_length, ("cols", "dtype"))  # a norm's row: the product of normalized_shape
+def _layer_norm_problem(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: object = None,
+    bias: object = None,
+    *_: object,
+    **__: object,
+) -> tuple[object, ...]:
+    return *_bucketed_rows(input, normalized_shape), DTYPE_NAMES[input.dtype], weight is not None, bias is not None
+
+
+def _rms_norm_problem(
+    input: Tensor, normalized_shape: int | Sequence[int], weight: object = None, *_: object, **__: object
+) -> tuple[object, ...]:
+    return *_bucketed_rows(input, normalized_shape), DTYPE_NAMES[input.dtype], weight is not None
+
+
+# every field of the kernels' problem: the forward kernel serves exactly its key (rows bucketed as the key holds them)
+_LAYER_NORM_SCREEN = Screen(_layer_norm_problem, ("rows", "cols", "dtype", "weight", "bias"))
+_RMS_NORM_SCREEN = Screen(_rms_norm_problem, ("rows", "cols", "dtype", "weight"))
 
 
 def _taking_an_int_shape(torch_norm: Callable[..., Tensor]) -> Callable[..., Tensor]:
@@ -232,7 +252,9 @@ _LAYER_NORM = _declare_norm(
 )
 
 
-@public_op(_taking_an_int_shape(F.layer_norm), _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM, screen=_NORM_SCREEN)
+@public_op(
+    _taking_an_int_shape(F.layer_norm), _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM, screen=_LAYER_NORM_SCREEN
+)
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -316,7 +338,7 @@ _RMS_NORM = _declare_norm(
 )
 
 
-@public_op(_taking_an_int_shape(F.rms_norm), _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM, screen=_NORM_SCREEN)
+@public_op(_taking_an_int_shape(F.rms_norm), _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM, screen=_RMS_NORM_SCREEN)
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:

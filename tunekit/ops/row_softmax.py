@@ -35,7 +35,7 @@ from torch import Tensor
 
 from tunekit.core import backend
 from tunekit.core.errors import InvalidInputError
-from tunekit.core.spec import DTYPE_NAMES
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.kernels.row_softmax.cross_entropy import REDUCTIONS, loss_and_grad
 from tunekit.kernels.row_softmax.softmax import torch_softmax
 from tunekit.ops._checks import (
@@ -174,11 +174,12 @@ _CROSS_ENTROPY = declare(
 )
 
 
-def _classes(input: Tensor, *_: object, **__: object) -> tuple[int, str]:
-    return input.shape[-1], DTYPE_NAMES[input.dtype]  # the kernel serves 2-D logits [N, C], torch the rest
+def _logits_rows(input: Tensor, *_: object, **__: object) -> tuple[int, int, str]:
+    # the kernel serves 2-D logits [N, C], torch the rest
+    return row_bucket(input.shape[0]), input.shape[-1], DTYPE_NAMES[input.dtype]
 
 
-@public_op(_torch_cross_entropy, _CE, runs=_CROSS_ENTROPY, screen=Screen(_classes, ("cols", "dtype")))
+@public_op(_torch_cross_entropy, _CE, runs=_CROSS_ENTROPY, screen=Screen(_logits_rows, ("rows", "cols", "dtype")))
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -273,11 +274,15 @@ def _softmax_call(input: torch.Tensor, dim: int, dtype: torch.dtype | None, log:
     return (_LOG_SOFTMAX_OP if log else _SOFTMAX_OP).run(x, d, dtype, trains=use_custom_op(x))
 
 
-def _softmax_length(input: torch.Tensor, dim: int, *_: object, **__: object) -> int:
-    return input.shape[dim] if input.dim() else 1
+def _softmax_rows(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> tuple[int, int, str]:
+    """(bucketed rows, row length, dtype) of the kernel's view: `dim` moved last; a cast to fp32 reads the input
+    as it is (cast), any other cast the cast tensor."""
+    cols = input.shape[dim] if input.dim() else 1
+    read = input.dtype if dtype is None or dtype == torch.float32 else dtype
+    return row_bucket(input.numel() // cols if cols else 0), cols, DTYPE_NAMES[read]
 
 
-_SOFTMAX_SCREEN = Screen(_softmax_length, ("cols",))
+_SOFTMAX_SCREEN = Screen(_softmax_rows, ("rows", "cols", "dtype"))
 
 
 @public_op(torch.softmax, _SOFTMAX, runs=_SOFTMAX_OP, screen=_SOFTMAX_SCREEN)
