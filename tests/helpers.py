@@ -157,11 +157,13 @@ def check_screens(monkeypatch: Any) -> list[str]:
 
 
 def _check_screen(hot: Any, args: Any, kwargs: Any, resolved: Any, checked: list[str]) -> None:
+    import torch
+
     from tunekit.core.registry import get_spec
-    from tunekit.runtime.hotpath import _needs_autograd
+    from tunekit.runtime.hotpath import _any_requires_grad
 
     screen = hot.screen
-    if screen is None or _needs_autograd(args, kwargs):
+    if screen is None or (torch.is_grad_enabled() and _any_requires_grad(args, kwargs)):
         return
     try:
         value = screen.of_call(*args, **kwargs)

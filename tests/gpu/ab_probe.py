@@ -61,6 +61,16 @@ def op_pairs() -> dict[str, Pair]:
     return pairs
 
 
+def serve_shipped(entries: dict) -> None:
+    """The process's shipped databases are `entries` from now on."""
+    from tunekit.runtime import dispatch
+    from tunekit.store import database
+
+    database.read_shipped = lambda *_: dict(entries)  # type: ignore[assignment]
+    database._shipped_by_scope.cache_clear()
+    dispatch.reset_all()  # clears the shipped entries too
+
+
 def decode_pair() -> dict[str, Pair]:
     from tunekit.evaluation.model_bench import Workload, _variant, build
 
@@ -88,12 +98,7 @@ def main() -> None:
     parser.add_argument("--no-shipped", action="store_true")
     opts = parser.parse_args()
     if opts.no_shipped:
-        from tunekit.runtime import dispatch
-        from tunekit.store import database
-
-        database.read_shipped = lambda *_: {}  # type: ignore[assignment]
-        database._shipped_by_scope.cache_clear()
-        dispatch.reset_all()  # clears the shipped entries too
+        serve_shipped({})
     rows = []
     pairs = decode_pair() if opts.decode_only else {**op_pairs(), **decode_pair()}
     for name, (tunekit_fn, torch_fn) in pairs.items():

@@ -18,19 +18,12 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from ab_probe import decode_pair
+from ab_probe import decode_pair, serve_shipped
 from triton.testing import do_bench
 
 from tunekit.core.device import fingerprint
 from tunekit.runtime import dispatch, hotpath
 from tunekit.store import database
-
-
-def _serve(entries: dict) -> None:
-    """The process's shipped databases are `entries` from now on."""
-    database.read_shipped = lambda *_: dict(entries)  # type: ignore[assignment]
-    database._shipped_by_scope.cache_clear()
-    dispatch.reset_all()
 
 
 def _layers() -> dict[str, dict[str, int]]:
@@ -57,7 +50,7 @@ def main() -> None:
     ((patched_fn, eager_fn),) = decode_pair().values()
     rows = []
     for name, entries in variants.items():
-        _serve(entries)
+        serve_shipped(entries)
         for hot in hotpath.ops():
             hot.stats = hotpath.Stats()
         for _ in range(3):

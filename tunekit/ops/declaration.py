@@ -125,9 +125,9 @@ def public_op(
     """Make a front a public op: hot-path plans per call signature, `torch_fallback` (with the front's signature)
     where dispatch serves torch, and its kernels (forward, then backward) saying which problems they may serve a
     kernel for here and whether one of them serves under torch.compile. `runs`: the declared op the front ends
-    in. `screen`: which argument's element count is which product of the forward kernel's problem fields (a call
-    of no served problem's count is torch's own). `compiled_fallback`: what a torch.compile trace of a call not
-    traced as the op becomes (`torch_fallback` if None)."""
+    in. `screen`: which fields of the forward kernel's problem a call's arguments give (a call whose values are
+    those of no problem served a kernel here is torch's own). `compiled_fallback`: what a torch.compile trace of a
+    call not traced as the op becomes (`torch_fallback` if None)."""
 
     def wrap(front: F) -> F:
         PUBLIC[front.__name__] = runs

@@ -221,14 +221,17 @@ def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype
 def _reduced_cols(input: torch.Tensor, dim: DimArg = None, *_: object, **__: object) -> int | None:
     """The reduction kernel's exact `cols` for a contiguous input, as _run_reduction lays it out (None: another
     layout, which _layout may permute)."""
-    if input.dim() == 0 or not input.is_contiguous():
+    ndim = input.dim()
+    if ndim == 0 or not input.is_contiguous():
         return None
-    if type(dim) is int:  # the common call, without building the layout: _layout's sizes of a contiguous input
-        shape = input.shape
-        d = dim + len(shape) if dim < 0 else dim
-        outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1 :])
-        return shape[d] if inner == 1 and outer > 1 else inner
-    layout = _layout(input, normalize_dims(dim, input.dim(), "reduce"))
+    if type(dim) is int:  # the common call, without normalize_dims' checks (a dim out of range: the full path)
+        d = dim + ndim if dim < 0 else dim
+        if not 0 <= d < ndim:
+            return None
+        dims = [d]
+    else:
+        dims = normalize_dims(dim, ndim, "reduce")
+    layout = _layout(input, dims)
     return layout.length if layout.inner == 1 and layout.outer > 1 else layout.inner
 
 

@@ -319,13 +319,6 @@ def kernel_served_problems(*dispatchers: Dispatcher) -> list[Problem] | None:
     return problems
 
 
-def torch_serves_all(*dispatchers: Dispatcher) -> bool:
-    """Whether dispatch serves torch's own op for every problem of these kernels on this device today (a device
-    with no tuned data that serves a kernel, under the default policy): then an op may call torch without
-    computing its problem key."""
-    return kernel_served_problems(*dispatchers) == []
-
-
 def chosen_under_compile(*dispatchers: Dispatcher) -> bool:
     """Whether a kernel of these serves some problem under torch.compile on this device: an entry in the user's
     cache or a shipped database that dispatch serves eagerly and that beats Inductor's code for its problem. Where

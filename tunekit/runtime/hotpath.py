@@ -9,8 +9,8 @@ call with a signature is watched, and from then on the op is a plan:
 - `TorchCall`: where dispatch served torch's own implementation, call torch's op directly.
 
 Before any signature, two checks send a call straight to torch's op: every problem of the op's kernels is torch's
-on this device (no entry that serves a kernel), or, for a call that needs no autograd, its `Screen` value (the
-element count of one tensor argument) is that of no problem an entry serves a kernel for.
+on this device (no entry that serves a kernel), or, for a call that needs no autograd, its `Screen` value (exact
+fields of the forward kernel's problem, read from the arguments) is that of no problem an entry serves a kernel for.
 
 A watched call that did anything else (copied, filled, computed with torch) gets no plan and keeps the full path.
 The first call with a signature always takes the full path (it may tune, compile or store), and is not watched.
@@ -74,9 +74,7 @@ class Screen:
         return tuple(problem[f] for f in self.fields)
 
 
-def _needs_autograd(args: Sequence[object], kwargs: dict[str, object]) -> bool:
-    if not torch.is_grad_enabled():
-        return False
+def _any_requires_grad(args: Sequence[object], kwargs: dict[str, object]) -> bool:
     for value in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(value, torch.Tensor) and value.requires_grad:
             return True
@@ -216,7 +214,7 @@ class HotPath:
             if (
                 value is not None
                 and value not in screened
-                and (not torch.is_grad_enabled() or not _needs_autograd(args, kwargs))
+                and not (torch.is_grad_enabled() and _any_requires_grad(args, kwargs))
             ):
                 self.stats.torch_direct += 1  # no entry serves a kernel for a problem of this size
                 return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
