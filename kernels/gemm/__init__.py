@@ -43,6 +43,7 @@ from tunekit.kernels.gemm.problem import (
     reference,
     torch_baseline,
     torch_gemm,
+    torch_timing_inputs,
 )
 from tunekit.kernels.tolerances import ONE_ULP_UP_TO_4
 from tunekit.search_spaces.gemm.gemm import ACTIVATIONS, LAYOUTS, SPACE, smem_bytes
@@ -100,4 +101,5 @@ __all__ = [
     "tensors_aligned16",
     "torch_baseline",
     "torch_gemm",
+    "torch_timing_inputs",
 ]

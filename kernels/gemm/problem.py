@@ -74,6 +74,13 @@ def torch_baseline(inputs: Inputs) -> Outputs:
     return (torch_gemm(inputs),)
 
 
+def torch_timing_inputs(inputs: Inputs) -> Inputs:
+    """The bench inputs with alpha = beta = 1, as every linear call (and a patched model's) passes them: torch then
+    runs one cuBLAS call where alpha = 0.75 costs it a second pass over the output, which the kernel's epilogue
+    fuses for free. The key holds neither scalar, so torch is timed at its cheapest call of the problem."""
+    return (*inputs[:5], 1.0, 1.0)
+
+
 def _operand(rows: int, cols: int, layout: str, pad: int, randn) -> torch.Tensor:
     """A [rows, cols] tensor of the layout, its leading dim padded by `pad` elements (pad > 0: unaligned)."""
     if layout == "row":

@@ -1,8 +1,11 @@
-"""What the tuner times: a candidate's launch as an eager call replays it (tunekit.tuning.verify.as_called_eagerly),
-and the GPU timer's per-call floor for launch-bound problems (tunekit.tuning.bench.CudaEventTimer)."""
+"""What the tuner times: a candidate's launch as a user's eager call of its op runs it, through the hot path's
+signature and plan (tunekit.tuning.verify.as_called_eagerly); torch's op on the inputs its commonest call passes
+(tunekit.tuning.torch_candidate); and the GPU timer's per-call floor for launch-bound problems
+(tunekit.tuning.bench.CudaEventTimer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -11,7 +14,8 @@ import torch
 
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
-from tunekit.tuning import bench
+from tunekit.runtime import hotpath
+from tunekit.tuning import bench, torch_candidate
 from tunekit.tuning.bench import CudaEventTimer
 from tunekit.tuning.verify import as_called_eagerly
 
@@ -41,17 +45,21 @@ def _layernorm_case(seed: int) -> tuple[Any, dict[str, Any], tuple[Any, ...], tu
     return spec, spec.heuristic(problem, fingerprint()), inputs, outputs
 
 
-def test_a_replayable_launch_is_timed_through_its_replay() -> None:
+def test_a_replayable_launch_is_timed_through_the_hot_path_and_its_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     spec, config, inputs, outputs = _layernorm_case(0)
     counting = CountingLaunch("layernorm")
     fn = as_called_eagerly(counting, config, inputs, outputs)  # type: ignore[arg-type]
-    assert counting.calls == 1  # the one watched launch
+    assert counting.calls == 2  # the full path, then the watched launch
+    signatures: list[int] = []
+    real_signature = hotpath._signature
+    monkeypatch.setattr(hotpath, "_signature", lambda *a: signatures.append(1) or real_signature(*a))
     (expected,) = spec.reference(inputs)
     for _ in range(2):
         outputs[0].fill_(math.nan)
         fn()
         torch.testing.assert_close(outputs[0], expected.to(outputs[0].dtype), atol=1e-4, rtol=1e-4)
-    assert counting.calls == 1  # the replay fired the compiled launch; the spec's host path did not run again
+    assert counting.calls == 2  # the replay fired the compiled launch; the spec's host path did not run again
+    assert len(signatures) == 2  # each timed call paid the hot path's per-call work, as a user's call does
 
 
 def test_a_launch_no_plan_replays_is_timed_as_itself() -> None:
@@ -59,7 +67,29 @@ def test_a_launch_no_plan_replays_is_timed_as_itself() -> None:
     counting = CountingLaunch("layernorm", torch_op_first=True)
     fn = as_called_eagerly(counting, config, inputs, outputs)  # type: ignore[arg-type]
     fn()
-    assert counting.calls == 2
+    assert counting.calls == 3
+
+
+def test_torch_is_timed_on_the_inputs_of_its_commonest_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEMM's bench inputs scale by alpha = 0.75 (so a kernel ignoring alpha fails verification); a linear call
+    passes alpha = beta = 1, where torch's mm needs no second pass over the output: torch is timed on those."""
+    spec = get_spec("gemm")
+    seen: list[tuple[float, float]] = []
+
+    def baseline(inputs: Any) -> Any:
+        seen.append((inputs[5], inputs[6]))
+        return spec.torch_baseline(inputs)  # type: ignore[misc]
+
+    monkeypatch.setattr(torch_candidate.backend, "INTERPRETED", False)
+    monkeypatch.setattr(torch_candidate.backend, "torch_device", lambda: CPU)
+    timed = dataclasses.replace(spec, torch_baseline=baseline)
+    problem = spec.problem_from_shape((8, 64, 32), "float32")
+    assert spec.make_inputs(problem, CPU, 0)[5:] == (0.75, 0.5)  # what verification checks the kernel on
+    ms = torch_candidate.time_torch(timed, problem, 0, lambda fn, config: fn() and 0.25)  # type: ignore[arg-type]
+    assert ms == 0.25 and seen == [(1.0, 1.0)]
+    untouched = dataclasses.replace(timed, torch_timing_inputs=None)  # a kernel without one: the bench inputs
+    torch_candidate.time_torch(untouched, problem, 0, lambda fn, config: fn() and 0.25)  # type: ignore[arg-type]
+    assert seen[-1] == (0.75, 0.5)
 
 
 @pytest.mark.parametrize(("gpu_ms", "floor_ms", "expected"), [(0.005, 0.03, 0.03), (0.05, 0.01, 0.05), (0.5, 9.0, 0.5)])

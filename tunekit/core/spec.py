@@ -54,7 +54,7 @@ MODULE_CALLABLES = (
     "flops",
     "key_of",
 )
-OPTIONAL_MODULE_CALLABLES = ("torch_baseline",)
+OPTIONAL_MODULE_CALLABLES = ("torch_baseline", "torch_timing_inputs")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class KernelSpec:
     - `problem_from_shape(shape, dtype)` parses a user-given shape (CLI) into a problem.
     - `torch_baseline(inputs)` (optional) returns the outputs torch's own ops compute in the input dtype, what the
       kernel's op runs where dispatch serves torch: outputs like `reference`'s, so the same check compares them.
+    - `torch_timing_inputs(inputs)` (optional) returns the inputs torch's op is timed on against the candidates:
+      the bench inputs as the op's commonest call passes them, where the problem key leaves a scalar open whose
+      value costs torch work the kernel does for free (GEMM's alpha and beta).
     - `key_of(inputs)` is the problem key (in `problem_fields` order) of a launch's inputs: what an op dispatches
       on, so `key_of(make_inputs(problem, ...)) == problem_key(problem)`. It runs on every op call: keep it cheap.
 
@@ -95,6 +98,7 @@ class KernelSpec:
     shape_help: str = ""
     # What a user runs today without tunekit (e.g. F.layer_norm in the input dtype): the benchmark baseline.
     torch_baseline: Callable[[Inputs], Outputs] | None = None
+    torch_timing_inputs: Callable[[Inputs], Inputs] | None = None
     key_of: Callable[[Inputs], ProblemKey] = _no_key
     # The tile geometry the quantization model reads (tunekit/core/geometry.py); None: the tuner searches unmodelled.
     model: KernelModel | None = None

@@ -18,12 +18,15 @@ __all__ = ["candidate_time", "time_torch"]
 
 
 def time_torch(spec: KernelSpec, problem: Problem, seed: int, timer: Timer) -> float | None:
-    """torch's time for `problem` (the kernel's `torch_baseline`) with `timer`; None without a baseline, in the
-    interpreter (its timings mean nothing and dispatch never serves torch there) or when torch fails."""
+    """torch's time for `problem` (the kernel's `torch_baseline`, on its `torch_timing_inputs`) with `timer`; None
+    without a baseline, in the interpreter (its timings mean nothing and dispatch never serves torch there) or when
+    torch fails."""
     baseline = spec.torch_baseline
     if baseline is None or backend.INTERPRETED:
         return None
     inputs = spec.make_inputs(problem, backend.torch_device(), seed)
+    if spec.torch_timing_inputs is not None:
+        inputs = spec.torch_timing_inputs(inputs)
     try:
         return float(timer(lambda: baseline(inputs), dict(TORCH_CANDIDATE)))
     except RuntimeError:  # torch itself cannot run it (out of memory): nothing to compare with

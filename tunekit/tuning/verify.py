@@ -17,8 +17,6 @@ from tunekit.core import backend
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, KernelSpec, Tolerance
 from tunekit.core.triton_adapter import KERNEL_FAILURES
-from tunekit.launch.plan import Replay, build_plan
-from tunekit.launch.watch import Watch
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import Timer
 from tunekit.tuning.phases import Stopwatch
@@ -135,7 +133,8 @@ def retime(
 ) -> TrialRecord:
     """Time a config measured before (the winner's confirmation), without verifying it again."""
     try:
-        ms = timer(functools.partial(spec.launch, config, inputs, outputs), config)
+        launch = functools.partial(spec.launch, config, inputs, outputs)
+        ms = timer(launch if backend.INTERPRETED else as_called_eagerly(spec, config, inputs, outputs), config)
     except KNOWN_KERNEL_FAILURES as exc:
         return failure(config, exc)
     return TrialRecord(dict(config), "ok", time_ms=float(ms))
@@ -179,19 +178,22 @@ class InProcessBench:
 def as_called_eagerly(
     spec: KernelSpec, config: Config, inputs: tuple[Any, ...], outputs: tuple[Any, ...]
 ) -> Callable[[], object]:
-    """The launch as an eager op call runs it once the hot path holds its plan (tunekit/runtime/hotpath.py): one
-    watched launch becomes a replay (its allocations, then straight into each compiled kernel's launcher). A
-    launch the hot path cannot replay (one that runs torch ops, say) is timed as the full path it keeps. The GPU
-    time is the same either way; the host time, which the timer counts for launch-bound problems, is the user's."""
+    """The launch as a user's eager call of its op runs it once the op holds a plan: through the hot path
+    (tunekit/runtime/hotpath.py: the call signature, the plan lookup, then the replay: its allocations, straight
+    into each compiled kernel's launcher). A launch the hot path cannot replay (one that runs torch ops, say) is
+    timed as the full path it keeps. The GPU time is the same either way; the host time, which the timer counts for
+    launch-bound problems, is what the user's call pays, so a kernel races torch's op with tunekit's own cost on it."""
+    from tunekit.runtime.hotpath import HotPath
 
-    def launch() -> None:
-        spec.launch(config, inputs, outputs)
+    count = len(inputs)
 
-    watch = Watch()
-    with watch.active():
-        launch()
-    plan, _ = build_plan(watch, (*inputs, *outputs), {}, None, None)
-    if not isinstance(plan, Replay):
-        return launch
+    def launch(*args: Any) -> None:
+        spec.launch(config, args[:count], args[count:])
+
+    served = HotPath(launch, None)
     args: tuple[Any, ...] = (*inputs, *outputs)
-    return lambda: plan(args, {})
+    for _ in range(2):  # the full path, then the watched call that builds the plan
+        served(*args)
+    if served.stats.plans == 0:
+        return lambda: launch(*args)
+    return lambda: served(*args)
