@@ -343,6 +343,26 @@ def test_a_call_screened_out_never_consults_dispatch(monkeypatch: pytest.MonkeyP
     assert _stats(ops.layer_norm).torch_direct == 3 and not ops.layer_norm.plans  # type: ignore[attr-defined]
 
 
+def test_a_gemm_entry_keeps_only_the_token_counts_its_bucket_may_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GEMM entry at the bucket edge m = 16 may serve its own m and, through the bucket layer, 9..15 (the counts
+    above the edge before it): linear calls of those keep the dispatch path; the same n and k at 3 or 40 tokens
+    (an edge no entry holds) call torch directly."""
+    from tunekit.kernels.gemm import SPEC, make_problem
+
+    assert SPEC.token_buckets is not None
+    ceiling = SPEC.token_buckets.ceiling
+    assert [ceiling(m) for m in (1, 3, 4, 9, 16, 17, 300, 385, 1 << 21)] == [1, 4, 4, 16, 16, 32, 384, 512, 1 << 21]
+    _on_untuned_gpu(monkeypatch)
+    _entry_serving_a_kernel("gemm", make_problem(16, 24, 40, "float32", b_layout="col"))
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    w = torch.randn(24, 40)
+    for rows in (16, 3, 12, 40):
+        for _ in range(2):
+            ops.linear(torch.randn(rows, 40), w)
+    assert _stats(ops.linear).torch_direct == 4  # 3 and 40 tokens: no entry may serve them
+    assert len(ops.linear.plans) == 2  # type: ignore[attr-defined]
+
+
 def test_a_backward_entry_keys_training_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """An entry of the backward kernel alone: a call without autograd is torch's own (the forward kernel serves
     no problem here), a call that trains takes the dispatch path, which decides forward and backward."""

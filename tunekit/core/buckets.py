@@ -23,6 +23,7 @@ config serves it, so the config never meets more than 1.5x the tile rows it was 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as declared
@@ -74,6 +75,12 @@ class TokenBuckets:
             if lo < m < hi:
                 return lo, hi
         return None
+
+    def ceiling(self, count: int) -> int:
+        """The smallest edge at or above `count` (the count itself past the last edge): the one edge whose entry
+        may serve `count` besides an entry of its own, so two counts that no entry can tell apart share it."""
+        at = bisect.bisect_left(self.edges, count)
+        return self.edges[at] if at < len(self.edges) else count
 
     def at(self, problem: Problem, value: int) -> dict[str, Value]:
         """The problem with its token count set to `value` (every other field kept)."""

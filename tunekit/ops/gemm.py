@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from tunekit.core.errors import InvalidInputError, TunekitError
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
-from tunekit.kernels.gemm import ACTIVATIONS, epilogue_reference, layout_of, torch_gemm
+from tunekit.kernels.gemm import ACTIVATIONS, SPEC, epilogue_reference, layout_of, torch_gemm
 from tunekit.ops._checks import check_device, check_same_device, dtype_name, grads_flow, use_custom_op
 from tunekit.ops._launch import dispatch_launch
 from tunekit.ops.declaration import SELF, Autograd, OpDeclaration, Screen, declare, public_op
@@ -259,20 +259,32 @@ def _epilogue(product: torch.Tensor, activation: str | None, residual: torch.Ten
     return y if residual is None else y + residual
 
 
-def _matmul_n_k(a: torch.Tensor, b: torch.Tensor, **_: object) -> tuple[int, int, str] | None:
-    return (b.shape[1], b.shape[0], DTYPE_NAMES[a.dtype]) if b.dim() == 2 else None
+# A GEMM entry serves its own m and, at a bucket edge, the token counts below it down to the edge before
+# (tunekit.runtime.buckets): the screen compares m by the edge at or above it, n, k and dtype exactly.
+_TOKENS = SPEC.token_buckets
+assert _TOKENS is not None
+_m_ceiling = _TOKENS.ceiling
+_GEMM_FIELDS = ("m", "n", "k", "dtype")
+_COARSENED = (("m", _m_ceiling),)
 
 
-def _linear_n_k(input: torch.Tensor, weight: torch.Tensor, *_: object, **__: object) -> tuple[int, int, str] | None:
-    # weight is [out_features, in_features]: b = weight.T is [K, N]
-    return (weight.shape[0], weight.shape[1], DTYPE_NAMES[input.dtype]) if weight.dim() == 2 else None
+def _matmul_problem(a: torch.Tensor, b: torch.Tensor, **_: object) -> tuple[int, int, int, str] | None:
+    if a.dim() != 2 or b.dim() != 2:
+        return None
+    return (_m_ceiling(a.shape[0]), b.shape[1], b.shape[0], DTYPE_NAMES[a.dtype])
 
 
-# n and k: exact in GEMM's problem, where m (tokens) is bucketed
-_GEMM_FIELDS = ("n", "k", "dtype")
+def _linear_problem(
+    input: torch.Tensor, weight: torch.Tensor, *_: object, **__: object
+) -> tuple[int, int, int, str] | None:
+    # weight is [out_features, in_features]: b = weight.T is [K, N]; the input's leading dims fold into m
+    if weight.dim() != 2 or input.dim() == 0 or not weight.shape[1]:
+        return None
+    n, k = weight.shape
+    return (_m_ceiling(input.numel() // k), n, k, DTYPE_NAMES[input.dtype])
 
 
-@public_op(_torch_matmul, _GEMM, runs=_MATMUL, screen=Screen(_matmul_n_k, _GEMM_FIELDS))
+@public_op(_torch_matmul, _GEMM, runs=_MATMUL, screen=Screen(_matmul_problem, _GEMM_FIELDS, coarsened=_COARSENED))
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -308,7 +320,11 @@ def matmul(
 
 
 @public_op(
-    _torch_linear, _GEMM, runs=_MATMUL, screen=Screen(_linear_n_k, _GEMM_FIELDS), compiled_fallback=_compiled_linear
+    _torch_linear,
+    _GEMM,
+    runs=_MATMUL,
+    screen=Screen(_linear_problem, _GEMM_FIELDS, coarsened=_COARSENED),
+    compiled_fallback=_compiled_linear,
 )
 def linear(
     input: torch.Tensor,

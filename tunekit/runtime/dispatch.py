@@ -33,7 +33,17 @@ from tunekit.launch import watch as launch_watch
 from tunekit.runtime import buckets, compile_policy, compiled_gemm, hotpath, recorder, version_policy
 from tunekit.store import database
 from tunekit.store.database import shipped_entries, shipped_scope
-from tunekit.store.entry import HELD, LAUNCH_BOUND_MS, TORCH_CANDIDATE, Entry, demotion, model_verified, torch_time
+from tunekit.store.entry import (
+    HELD,
+    HOST_FLOOR_MARGIN,
+    HOST_FLOOR_MS,
+    LAUNCH_BOUND_MS,
+    TORCH_CANDIDATE,
+    Entry,
+    demotion,
+    model_verified,
+    torch_time,
+)
 from tunekit.store.key import CacheKey
 from tunekit.store.nearest import nearest_entry
 from tunekit.store.store import Store
@@ -152,7 +162,8 @@ def held_by_key(entry: Entry, shipped: Entry | None) -> Entry:
 
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
-    torch_candidate: torch is a candidate like any config), or where the entry is launch-bound and holds no torch
+    torch_candidate: torch is a candidate like any config; by HOST_FLOOR_MARGIN where the times are per-call host
+    floors, which noise can order either way), or where the entry is launch-bound and holds no torch
     time: its GPU time says nothing of the host's work per call, which decides such a problem (an older entry
     served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
     step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
@@ -162,7 +173,8 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     if not spec.torch_fallback or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
-    if torch_ms is not None and torch_ms <= entry.time_ms:
+    margin = HOST_FLOOR_MARGIN if entry.time_ms < HOST_FLOOR_MS else 1.0
+    if torch_ms is not None and torch_ms <= margin * entry.time_ms:
         return Resolution("torch-measured", TORCH, entry)
     if torch_ms is None and entry.time_ms < LAUNCH_BOUND_MS:
         return Resolution("torch-launch-bound", TORCH, entry)

@@ -60,18 +60,21 @@ class Stats:
 @dataclass(frozen=True)
 class Screen:
     """A necessary condition for a call without autograd to be served a kernel, cheaper than its signature: the
-    call's value of some exact fields of the forward kernel's problem (`of_call`, with the op's signature) is that
-    of a problem an entry serves a kernel for here. A bucketed field (GEMM's m) must be given bucketed, or left
-    out. `of_call` returning None, or raising, leaves the call to the full path."""
+    call's value of some fields of the forward kernel's problem (`of_call`, with the op's signature) is that of a
+    problem an entry serves a kernel for here. A field whose entries serve a range of its values (GEMM's token
+    count m, served from the bucket edge above it) is compared coarsened: `coarsened` maps it to the function
+    that `of_call` applies to the call's value too. `of_call` returning None, or raising, leaves the call to the
+    full path."""
 
     of_call: Callable[..., object]
     fields: tuple[str, ...]  # one field: its value; more: the tuple of their values
     kernel: str = ""  # the forward kernel (public_op names it)
+    coarsened: tuple[tuple[str, Callable[[Any], object]], ...] = ()
 
     def of_problem(self, problem: Problem) -> object:
-        if len(self.fields) == 1:
-            return problem[self.fields[0]]
-        return tuple(problem[f] for f in self.fields)
+        coarse = dict(self.coarsened)
+        values = tuple(coarse[f](problem[f]) if f in coarse else problem[f] for f in self.fields)
+        return values[0] if len(values) == 1 else values
 
 
 def _any_requires_grad(args: Sequence[object], kwargs: dict[str, object]) -> bool:

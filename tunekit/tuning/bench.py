@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from tunekit.core import backend
 from tunekit.core.space import Config
+from tunekit.store.entry import HOST_FLOOR_MS
 
 
 class Timer(Protocol):
@@ -23,7 +24,7 @@ class Timer(Protocol):
 
 
 # Under this much GPU time a call may be bound by the host's work: the timer then also counts a call's host cost.
-HOST_CHECK_MS = 0.1
+HOST_CHECK_MS = HOST_FLOOR_MS
 
 
 class CudaEventTimer:
