@@ -71,14 +71,14 @@ def serve_shipped(entries: dict) -> None:
     dispatch.reset_all()  # clears the shipped entries too
 
 
-def decode_pair() -> dict[str, Pair]:
+def decode_pair(model: str = "llama") -> dict[str, Pair]:
     from tunekit.evaluation.model_bench import Workload, _variant, build
 
-    w = Workload("llama")
+    w = Workload(model)
     base = build(w, torch.device("cuda"), torch.bfloat16).eval()
     ids = torch.randint(0, w.vocab, w.decode, device="cuda")
-    eager, _ = _variant(base, "eager", "llama")
-    patched, _ = _variant(base, "tunekit", "llama")
+    eager, _ = _variant(base, "eager", model)
+    patched, _ = _variant(base, "tunekit", model)
 
     def step(model: torch.nn.Module) -> Callable[[], object]:
         def run() -> object:
@@ -87,7 +87,7 @@ def decode_pair() -> dict[str, Pair]:
 
         return run
 
-    return {"llama decode 8x1 (2 layers)": (step(patched.eval()), step(eager.eval()))}
+    return {f"{model} decode 8x1 (2 layers)": (step(patched.eval()), step(eager.eval()))}
 
 
 def main() -> None:

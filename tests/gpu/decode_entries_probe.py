@@ -1,9 +1,10 @@
-"""Which shipped entries make the patched eager decode step slower? The 2-layer Llama-7B-width decode step (8x1)
-patched against unpatched in alternation (tests/gpu/ab_probe.py's pair), served by: every shipped entry, none, and
+"""Which shipped entries make the patched eager decode step slower? A 2-layer decode step (8x1) of the model
+benchmark's `--model` (default: Llama at 7B widths), patched against unpatched in alternation
+(tests/gpu/ab_probe.py's pair), served by: every shipped entry, none, and
 every shipped entry but one kernel's (one row per kernel with entries on this GPU). With each row, the dispatch
 layers that served the patched step's problems.
 
-    python tests/gpu/decode_entries_probe.py [--rounds 7] [--out DIR]
+    python tests/gpu/decode_entries_probe.py [--model gpt2] [--rounds 7] [--kernels gemm,layernorm] [--out DIR]
 
 Prints the table last; JSON under --out (default $OUT).
 """
@@ -38,6 +39,7 @@ def _hot_paths() -> dict[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--model", default="llama", help="the model benchmark's model (tunekit model-bench)")
     parser.add_argument("--kernels", default="", help="the kernels to leave out one at a time (default: every one)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     opts = parser.parse_args()
@@ -47,7 +49,7 @@ def main() -> None:
     variants = {"every entry": every, "no entry": {}}
     for kernel in opts.kernels.split(",") if opts.kernels else kernels:
         variants[f"all but {kernel}"] = {k: e for k, e in every.items() if k.kernel != kernel}
-    ((patched_fn, eager_fn),) = decode_pair().values()
+    ((patched_fn, eager_fn),) = decode_pair(opts.model).values()
     rows = []
     for name, entries in variants.items():
         serve_shipped(entries)
@@ -63,7 +65,7 @@ def main() -> None:
         rows.append({"variant": name, "ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
                      "layers": _layers(), "hot_paths": _hot_paths()})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
-    (opts.out / "decode_entries_probe.json").write_text(json.dumps(rows, indent=1))
+    (opts.out / f"decode_entries_probe_{opts.model}.json").write_text(json.dumps(rows, indent=1))
     print(f"{'entries served':28} {'eager/patched':>13} {'min':>6} {'max':>6}")
     for r in rows:
         print(f"{r['variant']:28} {r['ratio']:13.3f} {r['min']:6.3f} {r['max']:6.3f}")
