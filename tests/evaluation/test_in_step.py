@@ -90,6 +90,22 @@ def test_a_step_whose_gpu_idles_most_of_its_span_is_bound_by_the_host() -> None:
     assert not call_costs([e for e in _trace() if not e.on_device], top={0, 1}).host_bound  # no GPU: host time
 
 
+def test_whether_the_host_binds_is_read_from_the_timed_runs_alone() -> None:
+    """A warm-up run on the full path spends host time the timed runs do not: run 0's call spans 1000 ns with 10 ns
+    of GPU work, run 1's 100 ns with 200 ns. Counted from run 0 the step looks bound by the host; from run 1 it is
+    not."""
+    trace = [
+        _range("tunekit.call#0.0", 0, 1000),
+        _host("cudaLaunchKernel", 500, 505, correlation=1),
+        _kernel(1, 10),
+        _range("tunekit.call#1.0", 2000, 2100),
+        _host("cudaLaunchKernel", 2010, 2015, correlation=2),
+        _kernel(2, 200),
+    ]
+    assert call_costs(trace, top={0}).host_bound
+    assert not call_costs(trace, top={0}, timed_from=1).host_bound
+
+
 @pytest.mark.parametrize("first_host_bound", [True, False])
 def test_in_a_step_bound_by_the_host_a_call_costs_the_longer_of_its_host_and_gpu_time(
     first_host_bound: bool, monkeypatch: pytest.MonkeyPatch
@@ -100,7 +116,7 @@ def test_in_a_step_bound_by_the_host_a_call_costs_the_longer_of_its_host_and_gpu
 
     profiles: list[bool] = []
 
-    def profiled(call, attribution, first_run, runs):
+    def profiled(call, attribution, first_run, runs, timed_from):
         attribution.top.add(0)
         profiles.append(first_host_bound if not profiles else not first_host_bound)  # later ones disagree
         ms = {(run, 0): 0.010 for run in range(first_run, first_run + runs)}

@@ -106,7 +106,6 @@ class Launches:
     calls: list[tuple[int, int, int]]
     starts: list[tuple[int, int]]
     on_gpu: bool  # whether the profile holds any GPU activity
-    device_ns: int  # the GPU's busy ns (every kernel, memset and memcpy, summed)
 
     @staticmethod
     def of(events: Iterable[TraceEvent]) -> Launches:
@@ -125,16 +124,18 @@ class Launches:
             if e.correlation in device_ns and API_CALL.match(e.name)
         )
         starts = [(thread, start) for thread, start, _ in calls]
-        return Launches(host, ranges, calls, starts, bool(device_ns), sum(device_ns.values()))
+        return Launches(host, ranges, calls, starts, bool(device_ns))
 
     def gpu_ns(self, thread: int, start: int, end: int) -> int:
         """The GPU ns of the work launched on `thread` in [start, end]."""
         return sum(self.calls[i][2] for i in _within(self.starts, thread, start, end))
 
 
-def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
+def call_costs(events: Iterable[TraceEvent], top: set[int], timed_from: int = 0) -> CallCosts:
     """Each top-level call's GPU ms (host ms where the trace holds no GPU activity) and the calls it ran; whether
-    the step waits on the host (its GPU busy for under HOST_BOUND_SHARE of its calls' span)."""
+    the step waits on the host: from the first call of run `timed_from` on (warm-up runs, the first one on the
+    full path, spend host time that the timed runs do not), the GPU busy for under HOST_BOUND_SHARE of the span
+    to the later of the last call's end and the last launch."""
     tops: dict[tuple[int, int], tuple[int, int, int]] = {}
     inner: list[tuple[int, int, Inner]] = []
     profile = Launches.of(events)
@@ -157,8 +158,7 @@ def call_costs(events: Iterable[TraceEvent], top: set[int]) -> CallCosts:
     launch_starts = profile.starts
     forward_starts = [(thread, start) for thread, start, _ in forward]
     inner_starts = [(thread, start) for thread, start, _ in inner]
-    span = max((e for _, _, e in tops.values()), default=0) - min((s for _, s, _ in tops.values()), default=0)
-    costs = CallCosts(host_bound=profile.on_gpu and profile.device_ns < HOST_BOUND_SHARE * span)
+    costs = CallCosts(host_bound=_host_bound(profile, [w for (run, _), w in tops.items() if run >= timed_from]))
     for (run, position), (thread, start, end) in tops.items():
         if position not in top:
             continue
@@ -226,7 +226,20 @@ class _Blocks:
     members: dict[int, set[Inner]] = field(default_factory=dict)
 
 
-def _profile(call: Callable[[], Any], attribution: Attribution, first_run: int, runs: int) -> CallCosts:
+def _host_bound(profile: Launches, timed: list[tuple[int, int, int]]) -> bool:
+    """Whether the GPU was busy under HOST_BOUND_SHARE of the timed calls' span, counting the work launched from
+    the first timed call on, and the span to the last such launch where it comes after the last call."""
+    if not profile.on_gpu or not timed:
+        return False
+    start = min(s for _, s, _ in timed)
+    launched = [(at, ns) for _, at, ns in profile.calls if at >= start]
+    end = max(max(e for _, _, e in timed), max((at for at, _ in launched), default=0))
+    return sum(ns for _, ns in launched) < HOST_BOUND_SHARE * (end - start)
+
+
+def _profile(
+    call: Callable[[], Any], attribution: Attribution, first_run: int, runs: int, timed_from: int
+) -> CallCosts:
     activities = [torch.profiler.ProfilerActivity.CPU]
     cuda = torch.cuda.is_available()
     if cuda:
@@ -237,7 +250,7 @@ def _profile(call: Callable[[], Any], attribution: Attribution, first_run: int, 
             call()
         if cuda:
             torch.cuda.synchronize()
-    return call_costs(trace_events(profile), attribution.top)
+    return call_costs(trace_events(profile), attribution.top, timed_from)
 
 
 HOST_RUNS = 5  # step runs timed on the host per serving and block: a call's median over them
@@ -284,7 +297,7 @@ def _time_servings(
         for block in range(blocks):
             for name in names[block % len(names) :] + names[: block % len(names)]:
                 with servings[name]():
-                    costs = _profile(call, attribution, first, warmup + runs)
+                    costs = _profile(call, attribution, first, warmup + runs, first + warmup)
                     host_bound = costs.host_bound if host_bound is None else host_bound
                     host_ms = _host_ms(call, attribution, first + warmup + runs, HOST_RUNS) if host_bound else {}
                 per_position: dict[int, list[float]] = {}
