@@ -2,10 +2,11 @@
 (cache/*.json and cache/packs/*.json) that serve a kernel, as the tuner now times both: torch on the inputs its
 commonest call passes (GEMM: alpha = beta = 1, `torch_timing_inputs`), the config verified then timed through the
 hot path as a user's eager call runs it (tunekit.tuning.verify.as_called_eagerly). A demoted entry is left as it
-is (torch serves it anyway), and so is one retimed before.
+is (torch serves it anyway), and so is one timed by the current method (its timer GPU_TIMER).
 
 Each database is written back under `--out` at its path relative to cache/, with each retimed entry's best time
-and torch time replaced and `retimed` (date, why) in its provenance; copy the files over cache/ (no GPU needed).
+and torch time replaced, its timer stamped GPU_TIMER and `retimed` (date, why) in its provenance; copy the files
+over cache/ (no GPU needed).
 
     python tests/gpu/retime_torch.py [--out DIR] [--kernels gemm,rmsnorm] [--limit N]
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
-from tunekit.store.entry import DEMOTED, TORCH_MS
+from tunekit.store.entry import DEMOTED, GPU_TIMER, TORCH_MS
 from tunekit.tuning.spot_check import measure_here
 
 CACHE = Path(__file__).resolve().parents[2] / "cache"
@@ -61,7 +62,11 @@ def main() -> None:
         doc = json.loads(path.read_text())
         for data in doc["entries"]:
             key = data["key"]
-            if not wanted(key, kernels, here) or not serves_kernel(data) or "retimed" in data["provenance"]:
+            if (
+                not wanted(key, kernels, here)
+                or not serves_kernel(data)
+                or data["provenance"].get("timer") == GPU_TIMER
+            ):
                 continue
             if opts.limit and len(timed) >= opts.limit:
                 continue
@@ -80,6 +85,7 @@ def main() -> None:
             if torch_ms is not None:
                 data["provenance"][TORCH_MS] = round(torch_ms, 6)
             data["provenance"]["retimed"] = f"{today}: {WHY.get(spec.name, WHY[''])}"
+            data["provenance"]["timer"] = GPU_TIMER
             rows.append({
                 "file": str(path.relative_to(CACHE)), "kernel": spec.name, "problem": problem,
                 "before": before, "after": (ms, torch_ms),

@@ -12,7 +12,7 @@ from test_tuner_perf_model import RAW, SPEC, PlantedBench
 from tunekit.core.space import config_id
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.runtime import dispatch
-from tunekit.store.entry import torch_time
+from tunekit.store.entry import GPU_TIMER, SUPERSEDED_TIMERS, torch_time
 from tunekit.store.store import Store
 from tunekit.tuning import torch_candidate
 from tunekit.tuning.bench import WallClockTimer
@@ -119,7 +119,9 @@ def test_tune_prints_torchs_time_and_who_serves() -> None:
         (0.02, None, "torch-launch-bound"),
         (0.05, None, "cache"),  # launch-bound, no torch time: nothing says the kernel wins in use
         (0.02, 0.05, "cache"),  # launch-bound, but the tuner timed torch slower (host cost counted)
+        (0.02, 0.021, "torch-measured"),  # host floors within HOST_FLOOR_MARGIN: noise may order them either way
         (0.5, None, "cache"),  # GPU-bound: the GPU time decides
+        (0.5, 0.51, "cache"),  # ...and the GPU time is not a host floor: no margin
     ],
 )
 def test_a_launch_bound_entry_needs_torchs_time_to_serve_triton(
@@ -133,3 +135,20 @@ def test_a_launch_bound_entry_needs_torchs_time_to_serve_triton(
     resolution = _resolved_with(entry, H200)
     assert resolution.layer == served
     assert (resolution.config is dispatch.TORCH) == (served != "cache")
+
+
+@pytest.mark.parametrize(("time_ms", "served"), [(0.02, "torch-launch-bound"), (0.5, "cache")])
+@pytest.mark.parametrize("timer", sorted(SUPERSEDED_TIMERS))
+def test_an_entry_an_earlier_timer_measured_launch_bound_serves_torch(
+    isolated_cache, monkeypatch, timer, time_ms, served
+) -> None:
+    """An earlier method timed a launch-bound candidate by its bare launch (not tunekit's per-call path) and torch
+    with work its commonest call does not do: under the host floor its verdict does not hold in use."""
+    entry = tuned_entry(TimesTorch({}, torch_ms=time_ms * 2.5))
+    provenance = {**entry.provenance, "timer": timer}
+    entry = dataclasses.replace(
+        entry, time_ms=time_ms, provenance=provenance, key=dataclasses.replace(entry.key, device_key=H200.key)
+    )
+    assert _resolved_with(entry, H200).layer == served
+    current = dataclasses.replace(entry, provenance={**provenance, "timer": GPU_TIMER})
+    assert dispatch.serves_kernel(SPEC, current, H200)  # timed by the current method: its times decide

@@ -238,7 +238,10 @@ def _torch_linear(
     """linear where dispatch served TORCH: torch's ops as a user writes them (F.linear, the activation, the
     residual add), so a training call records torch's own graph and nothing more. F.linear folds an N-D input
     into the same cuBLAS addmm the 2-D path calls, so a replayed call gives the full path's bits."""
-    return _epilogue(F.linear(input, weight, bias), activation, residual)
+    product = F.linear(input, weight, bias)
+    if activation is None and residual is None:  # nn.Linear's call: nothing more (the hot path's commonest call)
+        return product
+    return _epilogue(product, activation, residual)
 
 
 def _compiled_linear(

@@ -38,6 +38,7 @@ from tunekit.store.entry import (
     HOST_FLOOR_MARGIN,
     HOST_FLOOR_MS,
     LAUNCH_BOUND_MS,
+    SUPERSEDED_TIMERS,
     TORCH_CANDIDATE,
     Entry,
     demotion,
@@ -163,7 +164,8 @@ def held_by_key(entry: Entry, shipped: Entry | None) -> Entry:
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
     torch_candidate: torch is a candidate like any config; by HOST_FLOOR_MARGIN where the times are per-call host
-    floors, which noise can order either way), or where the entry is launch-bound and holds no torch
+    floors, which noise can order either way), or where the entry is launch-bound and its timer an earlier method
+    (SUPERSEDED_TIMERS) or it holds no torch
     time: its GPU time says nothing of the host's work per call, which decides such a problem (an older entry
     served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
     step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
@@ -173,7 +175,10 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     if not spec.torch_fallback or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
-    margin = HOST_FLOOR_MARGIN if entry.time_ms < HOST_FLOOR_MS else 1.0
+    host_floor = entry.time_ms < HOST_FLOOR_MS
+    if host_floor and entry.provenance.get("timer") in SUPERSEDED_TIMERS:
+        return Resolution("torch-launch-bound", TORCH, entry)
+    margin = HOST_FLOOR_MARGIN if host_floor else 1.0
     if torch_ms is not None and torch_ms <= margin * entry.time_ms:
         return Resolution("torch-measured", TORCH, entry)
     if torch_ms is None and entry.time_ms < LAUNCH_BOUND_MS:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from tunekit.core import backend
 from tunekit.core.space import Config
-from tunekit.store.entry import HOST_FLOOR_MS
+from tunekit.store.entry import GPU_TIMER, HOST_FLOOR_MS
 
 
 class Timer(Protocol):
@@ -34,7 +34,7 @@ class CudaEventTimer:
     eager loop makes them, and scores the slower of the two: there the host's work per call is what a user waits
     on, and a 5 us kernel behind 30 us of host work must not win a race of CUDA events it loses in use."""
 
-    label = "cuda-events-median-l2-flushed, per-call floor when launch-bound"
+    label = GPU_TIMER
 
     def __init__(self, warmup_ms: float = 25.0, rep_ms: float = 100.0, host_check_ms: float = HOST_CHECK_MS) -> None:
         self.warmup_ms = warmup_ms
