@@ -71,9 +71,9 @@ TORCH_CANDIDATE: Mapping[str, str] = MappingProxyType({"implementation": "torch"
 LAUNCH_BOUND_MS = 0.03
 # Under this much GPU time the tuner's timer also takes a call's per-call floor, calls made back to back through
 # the served path (tunekit.tuning.bench): there an entry's time and torch's are host times, noisier than CUDA
-# events (on the H200 host, one norm's floors spread 1.1-1.9x across identical problems: tests/gpu/retime_torch.py)
-# and tunekit's path is torch's launch plus Python; dispatch serves such an entry's kernel only where torch took
-# HOST_FLOOR_MARGIN times as long (as the bucket layer asks of its edges).
+# events (on the H200 host, RMSNorm's fp16 and bf16 problems of one shape floored up to 1.6x apart:
+# tests/gpu/retime_torch.py), and tunekit's path is torch's launch plus Python; dispatch serves such an entry's
+# kernel only where torch took HOST_FLOOR_MARGIN times as long (as the bucket layer asks of its edges).
 HOST_FLOOR_MS = 0.1
 HOST_FLOOR_MARGIN = 1.10
 # What the built-in GPU timer stamps on an entry (tunekit.tuning.bench.CudaEventTimer.label), and the stamps of its
