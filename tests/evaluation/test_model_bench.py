@@ -378,3 +378,44 @@ def test_a_global_patch_is_undone_after_its_variant() -> None:
     _restore(state)
     assert modeling_llama.apply_rotary_pos_emb is rope and modeling_llama.LlamaForCausalLM.forward is forward
     assert not hasattr(modeling_llama.LlamaMLP, "extra") and not hasattr(modeling_llama, "added_global")
+
+
+def test_variants_are_timed_in_alternation_with_a_global_patch_swapped_in_only_for_its_own(monkeypatch) -> None:
+    """Every variant is built first, then each run times them round by round in turn: the rows' speed is the median
+    of per-round ratios to eager. A variant whose patch rewrites the modeling module for the whole process (as
+    Liger-Kernel's does) has it only during its own calls, and transformers' own module is back afterwards."""
+    pytest.importorskip("transformers")
+    import copy
+    import itertools
+
+    from transformers.models.llama import modeling_llama
+
+    rope = modeling_llama.apply_rotary_pos_emb
+    calls: list[tuple[str, bool]] = []  # (variant, whether the modeling module was patched during the call)
+
+    def variant(base, name, model_kind):
+        model = copy.deepcopy(base)
+        if name == "liger":
+            modeling_llama.apply_rotary_pos_emb = lambda *a, **k: rope(*a, **k)
+
+        def run(*args, **kwargs):
+            calls.append((name, modeling_llama.apply_rotary_pos_emb is not rope))
+            return model(*args, **kwargs)
+
+        return model, run
+
+    monkeypatch.setattr(model_bench, "DEVICE", "cpu")
+    monkeypatch.setattr(model_bench, "_variant", variant)
+    tiny = Workload("llama", layers=1, hidden=128, vocab=64, prefill=(2, 8), decode=(2, 1), train=(2, 8))
+    results = model_bench.measure(tiny, ("eager", "liger"), reps=1, rounds=3)
+    assert [(r.variant, r.run) for r in results] == [(v, r) for v in ("eager", "liger") for r in model_results.RUNS]
+    assert all(r.vs_eager is not None and r.vs_eager > 0 and math.isfinite(r.ms) for r in results)
+    assert all(r.logits_rel_err == 0.0 for r in results if r.variant == "liger" and r.run != "train")
+    assert {patched for name, patched in calls if name == "eager"} == {False}
+    assert {patched for name, patched in calls if name == "liger"} == {True}
+    order = [name for name, _ in calls]
+    switches = sum(a != b for a, b in itertools.pairwise(order))
+    assert switches >= 3 * 3  # each run's rounds alternate the two variants, not one after the other
+    assert modeling_llama.apply_rotary_pos_emb is rope
+    liger_decode = next(r for r in results if r.run == "decode" and r.variant == "liger")
+    assert speed_vs_eager(results)[("llama", "decode", "liger")] == liger_decode.vs_eager

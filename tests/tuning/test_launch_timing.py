@@ -14,8 +14,8 @@ import torch
 
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
-from tunekit.runtime import hotpath
-from tunekit.tuning import bench, torch_candidate
+from tunekit.launch import plan
+from tunekit.tuning import bench, torch_candidate, verify
 from tunekit.tuning.bench import CudaEventTimer
 from tunekit.tuning.verify import as_called_eagerly
 
@@ -49,16 +49,16 @@ def test_a_replayable_launch_is_timed_through_the_hot_path_and_its_replay(monkey
     spec, config, inputs, outputs = _layernorm_case(0)
     counting = CountingLaunch("layernorm")
     fn = as_called_eagerly(counting, config, inputs, outputs)  # type: ignore[arg-type]
-    assert counting.calls == 2  # the full path, then the watched launch
+    assert counting.calls == 1  # the watched launch
     signatures: list[int] = []
-    real_signature = hotpath._signature
-    monkeypatch.setattr(hotpath, "_signature", lambda *a: signatures.append(1) or real_signature(*a))
+    real_signature = plan.call_signature
+    monkeypatch.setattr(verify, "call_signature", lambda *a: signatures.append(1) or real_signature(*a))
     (expected,) = spec.reference(inputs)
     for _ in range(2):
         outputs[0].fill_(math.nan)
         fn()
         torch.testing.assert_close(outputs[0], expected.to(outputs[0].dtype), atol=1e-4, rtol=1e-4)
-    assert counting.calls == 2  # the replay fired the compiled launch; the spec's host path did not run again
+    assert counting.calls == 1  # the replay fired the compiled launch; the spec's host path did not run again
     assert len(signatures) == 2  # each timed call paid the hot path's per-call work, as a user's call does
 
 
@@ -67,7 +67,7 @@ def test_a_launch_no_plan_replays_is_timed_as_itself() -> None:
     counting = CountingLaunch("layernorm", torch_op_first=True)
     fn = as_called_eagerly(counting, config, inputs, outputs)  # type: ignore[arg-type]
     fn()
-    assert counting.calls == 3
+    assert counting.calls == 2
 
 
 def test_torch_is_timed_on_the_inputs_of_its_commonest_call(monkeypatch: pytest.MonkeyPatch) -> None:

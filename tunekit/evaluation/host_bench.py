@@ -87,10 +87,9 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
 
 def _bare_launch(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], calls: int) -> float | None:
     """The call's replay plan's launches with every argument already resolved: the floor of any eager call."""
-    from tunekit.launch.plan import Replay
-    from tunekit.runtime.hotpath import _signature
+    from tunekit.launch.plan import Replay, call_signature
 
-    plan = op.plans.get(_signature(args, kwargs))
+    plan = op.plans.get(call_signature(args, kwargs))
     if not isinstance(plan, Replay):
         return None
     return per_call_us(plan.prepared(args, kwargs), calls)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import copy
 import importlib
+import statistics
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -124,15 +127,6 @@ def _variant(base: torch.nn.Module, name: str, model_kind: str) -> tuple[torch.n
     return model, run
 
 
-def _time(fn: Callable[[], Any], warmup: int, reps: int) -> float:
-    from tunekit.evaluation.step_timing import median_ms
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    return median_ms(fn, reps)
-
-
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
@@ -160,95 +154,141 @@ def _restore(state: list[tuple[Any, dict[str, Any]]]) -> None:
                 setattr(owner, name, value)
 
 
-def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10) -> list[Result]:
-    """Time each variant's runs. Eager always runs, and first: every other variant's agreement and ratio are
-    against it. Liger runs last, and what its patch changed globally is undone after it."""
+DEVICE = "cuda"  # where the models run (the CPU tests run a tiny model on "cpu")
+# Alternation rounds per run: every variant timed in turn each round (the order rotating), its speed the median of
+# its per-round ratios to eager's time: a host-bound step (decode) drifts more between variants timed one after
+# another than the variants differ.
+ROUNDS = 5
+
+
+@dataclass
+class _Built:
+    """A variant's model, what to call, and the modeling namespaces as its patch left them (Liger-Kernel's patch is
+    global: swapped in only while its variant runs)."""
+
+    name: str
+    model: torch.nn.Module
+    run: Callable[..., Any]
+    namespaces: list[tuple[Any, dict[str, Any]]]
+
+    @contextmanager
+    def serving(self, clean: list[tuple[Any, dict[str, Any]]]) -> Iterator[None]:
+        # compile alone and its modes compile their own graph, not the one tunekit's pass rewrites once a variant
+        # patched a model (inductor_outer_products)
+        own_graph = nullcontext() if self.name.startswith("tunekit") else inductor_outer_products.disabled()
+        _restore(self.namespaces)
+        try:
+            with own_graph:
+                yield
+        finally:
+            _restore(clean)
+
+
+@dataclass
+class _Prepared:
+    step: Callable[[], Any]
+    result: Result
+
+
+def measure(w: Workload, variants: tuple[str, ...] = VARIANTS, reps: int = 10, rounds: int = ROUNDS) -> list[Result]:
+    """Time each variant's runs in alternation with eager's (`rounds` rounds of `reps` timed calls each, after each
+    variant's first call and warm-up), rows by variant then run. Eager always runs, and first: every other
+    variant's agreement and speed are against it. Every variant is built before any is timed; what a global
+    patch (Liger-Kernel's) changed is undone outside its variant's turns and after the run."""
+    from tunekit.evaluation.step_timing import Alternation, median_ms, ratio
+
     variants = ("eager", *(v for v in variants if v not in ("eager", "liger")), *(v for v in variants if v == "liger"))
     clean = _modeling_state(w.model)
-    device = torch.device("cuda")
+    device = torch.device(DEVICE)
+    timer = partial(median_ms, on_gpu=device.type == "cuda")
     base = build(w, device, DTYPE)
     ids_of = inputs(w, device)
-    reference: dict[str, Any] = {}
-    results: list[Result] = []
-    for name in variants:
-        try:
-            model, run = _variant(base, name, w.model)
-        except TunekitError as exc:
-            results.append(skipped(w.model, name, str(exc)))
-            continue
-        # compile alone and its modes compile their own graph, not the one tunekit's pass rewrites once a variant
-        # before them patched a model (inductor_outer_products)
-        own_graph = nullcontext() if name.startswith("tunekit") else inductor_outer_products.disabled()
-        with own_graph:
-            results += _runs(w, name, model, run, ids_of, reference, reps)
-        del model, run
+    built: list[_Built] = []
+    skips: dict[str, Result] = {}
+    try:
+        for name in variants:
+            try:
+                model, run = _variant(base, name, w.model)
+            except TunekitError as exc:
+                skips[name] = skipped(w.model, name, str(exc))
+                continue
+            finally:
+                namespaces = _modeling_state(w.model)
+                _restore(clean)
+            built.append(_Built(name, model, run, namespaces))
+        del base
+        rows: dict[tuple[str, str], Result] = {}
+        reference: dict[str, Any] = {}
+        for run_name in RUNS:
+            prepared = {}
+            for b in built:
+                with b.serving(clean):
+                    prepared[b.name] = _prepare(w, run_name, b, ids_of[run_name], reference)
+            calls = {b.name: (prepared[b.name].step, partial(b.serving, clean)) for b in built}
+            times = Alternation(timer, rounds, reps, warmup=3).run(calls)
+            for name, p in prepared.items():
+                p.result.ms = statistics.median(times[name])
+                p.result.tokens_per_s = ids_of[run_name].numel() / p.result.ms * 1e3
+                p.result.vs_eager = 1.0 if name == "eager" else ratio(times, "eager", name)
+                rows[(name, run_name)] = p.result
+    finally:
+        built.clear()
         _restore(clean)
         torch.cuda.empty_cache()
-    return results
+    return [skips[v] if v in skips else rows[(v, r)] for v in variants for r in (("-",) if v in skips else RUNS)]
 
 
-def _runs(
-    w: Workload,
-    name: str,
-    model: torch.nn.Module,
-    run: Callable[..., Any],
-    ids_of: dict[str, torch.Tensor],
-    reference: dict[str, Any],
-    reps: int,
-) -> list[Result]:
-    """One variant's runs (prefill, decode, train), each timed after its first call; `reference` holds eager's
-    logits and gradients (eager runs first) for the others' agreement."""
-    results: list[Result] = []
-    for run_name in RUNS:
-        ids = ids_of[run_name]
-        if run_name == "train":
-            model.train()
-            clock = _first_call()
-            grads = _grads(model, run, ids)  # before any optimizer step: every variant from the same weights
-            first_s = clock()
-            opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+def _prepare(w: Workload, run_name: str, b: _Built, ids: torch.Tensor, reference: dict[str, Any]) -> _Prepared:
+    """A variant's run ready to time: its first call (compiling included), its agreement with eager's (eager is
+    prepared first and leaves its logits and gradients in `reference`), its peak memory over three more calls."""
+    model, run = b.model, b.run
+    if run_name == "train":
+        model.train()
+        clock = _first_call()
+        grads = _grads(model, run, ids)  # before any optimizer step: every variant from the same weights
+        first_s = clock()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 
-            def step(ids: torch.Tensor = ids, opt: torch.optim.Optimizer = opt, run: Any = run) -> None:
-                opt.zero_grad(set_to_none=True)
-                loss(run, ids).backward()
-                opt.step()
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss(run, ids).backward()
+            opt.step()
 
-            before = _reset_peak(model)
-            ms = _time(step, 3, reps)
+    else:
+        model.eval()
+        step = forward(run, ids)
+        clock = _first_call()
+        logits = step()
+        first_s = clock()
+        logits = logits.clone()  # reduce-overhead: a CUDA graph's output is overwritten by the next replay
+    peak = _peak_gib(model, step)
+    result = Result(w.model, b.name, run_name, float("nan"), float("nan"), peak, first_call_s=first_s)
+    if run_name == "train":
+        if b.name == "eager":
+            reference["grads"] = grads
         else:
-            model.eval()
-            infer = forward(run, ids)
-            clock = _first_call()
-            logits = infer()
-            first_s = clock()
-            logits = logits.clone()  # reduce-overhead: a CUDA graph's output is overwritten by the next replay
-            before = _reset_peak(model)
-            ms = _time(infer, 3, reps)
-        peak = (torch.cuda.max_memory_allocated() - before) / 2**30
-        tokens = ids.numel()
-        result = Result(w.model, name, run_name, ms, tokens / ms * 1e3, peak, first_call_s=first_s)
-        if run_name == "train":
-            if name == "eager":
-                reference["grads"] = grads
-            else:
-                result.grad_rel_err = max(_rel(grads[k], reference["grads"][k]) for k in reference["grads"])
-        elif name == "eager":
-            reference[run_name] = logits
-        else:
-            ref = reference[run_name]
-            result.logits_rel_err = _rel(logits, ref)
-            result.argmax_agree = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
-        results.append(result)
-    return results
+            result.grad_rel_err = max(_rel(grads[k], reference["grads"][k]) for k in reference["grads"])
+    elif b.name == "eager":
+        reference[run_name] = logits
+    else:
+        ref = reference[run_name]
+        result.logits_rel_err = _rel(logits, ref)
+        result.argmax_agree = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
+    return _Prepared(step, result)
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _first_call() -> Callable[[], float]:
     """A clock for a variant's first call of a run (compiling included, under torch.compile): call it after."""
-    torch.cuda.synchronize()
+    _synchronize()
     start = time.perf_counter()
 
     def seconds() -> float:
-        torch.cuda.synchronize()
+        _synchronize()
         return time.perf_counter() - start
 
     return seconds
@@ -257,10 +297,19 @@ def _first_call() -> Callable[[], float]:
 def _reset_peak(model: torch.nn.Module) -> int:
     """Start a peak measurement; returns the baseline: memory allocated now that is not this model's weights
     (other variants' copies and kept references), so each peak counts the model's weights plus its run."""
-    torch.cuda.synchronize()
+    _synchronize()
     torch.cuda.reset_peak_memory_stats()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     return torch.cuda.memory_allocated() - weights
+
+
+def _peak_gib(model: torch.nn.Module, step: Callable[[], Any], calls: int = 3) -> float:
+    """The peak memory of `calls` calls of `step` above what is not the model's weights, GiB (NaN off a GPU)."""
+    on_gpu = next(model.parameters()).is_cuda
+    before = _reset_peak(model) if on_gpu else 0
+    for _ in range(calls):
+        step()
+    return (torch.cuda.max_memory_allocated() - before) / 2**30 if on_gpu else float("nan")
 
 
 def _grads(model: torch.nn.Module, run: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -56,6 +56,8 @@ class Result:
     notes: list[str] = field(default_factory=list)
     # the variant's first call of the run, seconds: with torch.compile, the compile time (and one run) it costs
     first_call_s: float | None = None
+    # eager's time over the variant's, the median of per-round ratios where they were timed in alternation
+    vs_eager: float | None = None
 
 
 def skipped(model: str, variant: str, why: str) -> Result:
@@ -74,14 +76,15 @@ def rerun_variants(variants: tuple[str, ...]) -> tuple[str, ...]:
 
 def speed_vs_eager(results: Iterable[Result]) -> dict[tuple[str, str, str], float]:
     """(model, run, variant) -> eager's time over the variant's (above 1: faster than eager), for every measured
-    row whose model and run have an eager time; eager's own rows are 1."""
+    row whose model and run have an eager time; eager's own rows are 1. Where the rows were timed in alternation,
+    the median of their per-round ratios (`vs_eager`)."""
     results = list(results)
     eager = {(r.model, r.run): r.ms for r in results if r.variant == "eager" and not r.notes}
     speeds = {}
     for r in results:
         base = eager.get((r.model, r.run))
         if base is not None and not r.notes and r.ms > 0 and math.isfinite(r.ms):
-            speeds[(r.model, r.run, r.variant)] = base / r.ms
+            speeds[(r.model, r.run, r.variant)] = base / r.ms if r.vs_eager is None else r.vs_eager
     return speeds
 
 

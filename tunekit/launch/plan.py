@@ -167,6 +167,46 @@ def _raw_stream(device: int) -> int:
     return int(torch._C._cuda_getCurrentRawStream(device))
 
 
+def call_signature(
+    args: Sequence[object],
+    kwargs: dict[str, object],
+    tensor: type[torch.Tensor] = torch.Tensor,
+    grad_enabled: Callable[[], bool] = torch.is_grad_enabled,
+) -> tuple[object, ...]:
+    """What the op's host work depends on. Tensors nested in containers hash by identity: such a call never repeats
+    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind). The defaults bind names once (hot loop)."""
+    parts: list[object] = [grad_enabled()]
+    append = parts.append
+    pointers: list[int] = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, tensor):
+            pointer = value.data_ptr()
+            pointers.append(pointer)
+            # The negative and conjugate bits: memory holds other values than the tensor means (a plan built for a
+            # plain tensor must never read such a view raw).
+            append(
+                (
+                    value.shape,
+                    value.stride(),
+                    value.dtype,
+                    value.device,
+                    pointer & 15,
+                    value.requires_grad,
+                    value.is_neg(),
+                    value.is_conj(),
+                )
+            )
+        elif type(value) is list:
+            append(tuple(value))
+        else:
+            append(value)
+    if kwargs:
+        append(tuple(kwargs))
+    if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
+        append(len(set(pointers)))
+    return tuple(parts)
+
+
 @dataclass
 class Replay:
     """Allocate what the watched call allocated, fire its launches on the current stream, build its result."""

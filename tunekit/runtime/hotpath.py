@@ -32,7 +32,7 @@ import torch
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.space import Problem
-from tunekit.launch.plan import TorchCall, build_plan
+from tunekit.launch.plan import TorchCall, build_plan, call_signature
 from tunekit.launch.watch import Watch, watching
 from tunekit.runtime import compile_policy, recorder
 from tunekit.runtime.eager_autograd import runs_tunekit_backward
@@ -82,46 +82,6 @@ def _any_requires_grad(args: Sequence[object], kwargs: dict[str, object]) -> boo
         if isinstance(value, torch.Tensor) and value.requires_grad:
             return True
     return False
-
-
-def _signature(
-    args: Sequence[object],
-    kwargs: dict[str, object],
-    tensor: type[torch.Tensor] = torch.Tensor,
-    grad_enabled: Callable[[], bool] = torch.is_grad_enabled,
-) -> tuple[object, ...]:
-    """What the op's host work depends on. Tensors nested in containers hash by identity: such a call never repeats
-    a signature (and `_MAX_SIGNATURES` bounds what it leaves behind). The defaults bind names once (hot loop)."""
-    parts: list[object] = [grad_enabled()]
-    append = parts.append
-    pointers: list[int] = []
-    for value in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(value, tensor):
-            pointer = value.data_ptr()
-            pointers.append(pointer)
-            # The negative and conjugate bits: memory holds other values than the tensor means (a plan built for a
-            # plain tensor must never read such a view raw).
-            append(
-                (
-                    value.shape,
-                    value.stride(),
-                    value.dtype,
-                    value.device,
-                    pointer & 15,
-                    value.requires_grad,
-                    value.is_neg(),
-                    value.is_conj(),
-                )
-            )
-        elif type(value) is list:
-            append(tuple(value))
-        else:
-            append(value)
-    if kwargs:
-        append(tuple(kwargs))
-    if len(pointers) > 1:  # two arguments on one pointer may be treated otherwise
-        append(len(set(pointers)))
-    return tuple(parts)
 
 
 def readable(value: object) -> object:
@@ -222,7 +182,7 @@ class HotPath:
                 self.stats.torch_direct += 1  # no entry serves a kernel for a problem of this size
                 return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
         try:
-            signature = _signature(args, kwargs)
+            signature = call_signature(args, kwargs)
             plan = self.plans.get(signature)
         except (TypeError, RuntimeError):  # an unhashable argument, a tensor without a data pointer: the full path
             return self.op(*args, **kwargs)

@@ -17,6 +17,8 @@ from tunekit.core import backend
 from tunekit.core.space import Config, Problem
 from tunekit.core.spec import DTYPE_NAMES, KernelSpec, Tolerance
 from tunekit.core.triton_adapter import KERNEL_FAILURES
+from tunekit.launch.plan import Replay, build_plan, call_signature
+from tunekit.launch.watch import Watch
 from tunekit.store.entry import TrialRecord
 from tunekit.tuning.bench import Timer
 from tunekit.tuning.phases import Stopwatch
@@ -178,22 +180,25 @@ class InProcessBench:
 def as_called_eagerly(
     spec: KernelSpec, config: Config, inputs: tuple[Any, ...], outputs: tuple[Any, ...]
 ) -> Callable[[], object]:
-    """The launch as a user's eager call of its op runs it once the op holds a plan: through the hot path
-    (tunekit/runtime/hotpath.py: the call signature, the plan lookup, then the replay: its allocations, straight
-    into each compiled kernel's launcher). A launch the hot path cannot replay (one that runs torch ops, say) is
-    timed as the full path it keeps. The GPU time is the same either way; the host time, which the timer counts for
-    launch-bound problems, is what the user's call pays, so a kernel races torch's op with tunekit's own cost on it."""
-    from tunekit.runtime.hotpath import HotPath
+    """The launch as a user's eager call of its op runs it once the op holds a plan (tunekit/runtime/hotpath.py):
+    the call signature, the plan's lookup by it, then the replay (its allocations, straight into each compiled
+    kernel's launcher). A launch no plan can replay (one that runs torch ops, say) is timed as the full path it
+    keeps. The GPU time is the same either way; the host time, which the timer counts for launch-bound problems,
+    is what the user's call pays, so a kernel races torch's op with tunekit's own per-call work on it."""
 
-    count = len(inputs)
+    def launch() -> None:
+        spec.launch(config, inputs, outputs)
 
-    def launch(*args: Any) -> None:
-        spec.launch(config, args[:count], args[count:])
-
-    served = HotPath(launch, None)
+    watch = Watch()
+    with watch.active():
+        launch()
     args: tuple[Any, ...] = (*inputs, *outputs)
-    for _ in range(2):  # the full path, then the watched call that builds the plan
-        served(*args)
-    if served.stats.plans == 0:
-        return lambda: launch(*args)
-    return lambda: served(*args)
+    plan, _ = build_plan(watch, args, {}, None, None)
+    if not isinstance(plan, Replay):
+        return launch
+    plans = {call_signature(args, {}): plan}
+
+    def served() -> object:
+        return plans[call_signature(args, {})](args, {})
+
+    return served
