@@ -363,6 +363,23 @@ def test_a_gemm_entry_keeps_only_the_token_counts_its_bucket_may_serve(monkeypat
     assert len(ops.linear.plans) == 2  # type: ignore[attr-defined]
 
 
+def test_a_reduction_entry_keeps_only_its_own_op_and_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sum entry for 4 rows of 40 (the reduction's whole key: op, axis, bucketed rows, cols, dtype) keeps sums of
+    that problem on the dispatch path; a mean, a max or a sum over other rows calls torch directly."""
+    _on_untuned_gpu(monkeypatch)
+    problem = {"op": "sum", "axis": "inner", "batch": 1, "rows": 4, "cols": 40, "dtype": "float32"}
+    _entry_serving_a_kernel("reduction", problem)
+    monkeypatch.setattr(dispatch, "resolve", lambda *a: Resolution("torch", TORCH))
+    x, other = torch.randn(3, 40), torch.randn(9, 40)  # 3 rows: bucket 4; 9 rows: bucket 16
+    for _ in range(2):
+        ops.sum(x, -1)
+        ops.mean(x, -1)
+        ops.max(x, 1)
+        ops.sum(other, 1)
+    assert _stats(ops.sum).torch_direct == 2 and len(ops.sum.plans) == 1  # type: ignore[attr-defined]
+    assert _stats(ops.mean).torch_direct == 2 and _stats(ops.max).torch_direct == 2
+
+
 def test_a_backward_entry_keys_training_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """An entry of the backward kernel alone: a call without autograd is torch's own (the forward kernel serves
     no problem here), a call that trains takes the dispatch path, which decides forward and backward."""

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from tunekit.core.errors import InvalidInputError
+from tunekit.core.spec import DTYPE_NAMES, row_bucket
 from tunekit.kernels.reduction.reduction import torch_reduction
 from tunekit.ops._checks import (
     cast,
@@ -218,9 +219,11 @@ def _sum_or_mean(op: str, input: torch.Tensor, dim: DimArg, keepdim: bool, dtype
     return (_SUM if op == "sum" else _MEAN).run(input, dims, bool(keepdim), dtype, trains=use_custom_op(input))
 
 
-def _reduced_cols(input: torch.Tensor, dim: DimArg = None, *_: object, **__: object) -> int | None:
-    """The reduction kernel's exact `cols` for a contiguous input, as _run_reduction lays it out (None: another
-    layout, which _layout may permute)."""
+def _reduction_problem(
+    op: str, input: torch.Tensor, dim: DimArg = None, dtype: torch.dtype | None = None
+) -> tuple[object, ...] | None:
+    """The reduction kernel's whole problem key for a contiguous input, as _run_reduction lays it out and key_of
+    buckets it (None: another layout, which _layout may permute)."""
     ndim = input.dim()
     if ndim == 0 or not input.is_contiguous():
         return None
@@ -232,25 +235,34 @@ def _reduced_cols(input: torch.Tensor, dim: DimArg = None, *_: object, **__: obj
     else:
         dims = normalize_dims(dim, ndim, "reduce")
     layout = _layout(input, dims)
-    return layout.length if layout.inner == 1 and layout.outer > 1 else layout.inner
+    read = DTYPE_NAMES[input.dtype if dtype is None or dtype == torch.float32 else dtype]  # what cast() leaves
+    if layout.inner == 1 and layout.outer > 1:
+        return (op, "inner", 1, row_bucket(layout.outer), layout.length, read)
+    return (op, "outer", row_bucket(layout.outer), row_bucket(layout.length), layout.inner, read)
 
 
-_REDUCTION_SCREEN = Screen(_reduced_cols, ("cols",))
+def _reduction_screen(op: str) -> Screen:
+    def of_call(
+        input: torch.Tensor, dim: DimArg = None, *_: object, dtype: torch.dtype | None = None, **__: object
+    ) -> tuple[object, ...] | None:
+        return _reduction_problem(op, input, dim, dtype)
+
+    return Screen(of_call, ("op", "axis", "batch", "rows", "cols", "dtype"))
 
 
-@public_op(torch.sum, _REDUCTION, runs=_SUM, screen=_REDUCTION_SCREEN)
+@public_op(torch.sum, _REDUCTION, runs=_SUM, screen=_reduction_screen("sum"))
 def sum(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.sum(input, dim, keepdim, dtype=dtype) with fp32 accumulation. `dim`: an int, adjacent dims, or None."""
     return _sum_or_mean("sum", input, dim, keepdim, dtype)
 
 
-@public_op(torch.mean, _REDUCTION, runs=_MEAN, screen=_REDUCTION_SCREEN)
+@public_op(torch.mean, _REDUCTION, runs=_MEAN, screen=_reduction_screen("mean"))
 def mean(input: torch.Tensor, dim: DimArg, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """torch.mean(input, dim, keepdim, dtype=dtype) with fp32 accumulation; the mean over an empty dim is NaN."""
     return _sum_or_mean("mean", input, dim, keepdim, dtype)
 
 
-@public_op(torch.max, _REDUCTION, runs=_MAX, screen=_REDUCTION_SCREEN)
+@public_op(torch.max, _REDUCTION, runs=_MAX, screen=_reduction_screen("max"))
 def max(input: torch.Tensor, dim: int, keepdim: bool = False) -> torch.return_types.max:
     """torch.max(input, dim, keepdim): (values, indices), the first index of the max; NaN wins (first NaN)."""
     check_input(input, "max")
