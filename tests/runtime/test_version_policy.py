@@ -85,3 +85,18 @@ def test_no_check_while_a_graph_is_traced(toy, shipped_elsewhere, monkeypatch):
     monkeypatch.setattr("torch.compiler.is_compiling", lambda: True)
     assert resolve(toy, dict(zip(toy.problem_fields, KEY)), fingerprint(), None).layer != "shipped"
     assert not version_policy.verdicts_path().exists()  # nothing recorded: a later miss outside checks it
+
+
+def test_a_checked_entry_carries_the_times_and_the_timer_of_its_check(toy, shipped_elsewhere, monkeypatch):
+    """The config and torch's op timed here by the default timer: the entry served holds those times and that
+    timer's stamp, not its record's (an earlier method's stamp would send a launch-bound entry to torch)."""
+    from tunekit.store.entry import GPU_TIMER, SUPERSEDED_TIMERS, TORCH_MS
+
+    stamp = sorted(SUPERSEDED_TIMERS)[0]
+    for key, entry in list(shipped_elsewhere.items()):
+        shipped_elsewhere[key] = replace(entry, provenance={**entry.provenance, "timer": stamp})
+    monkeypatch.setattr(version_policy, "check", lambda *a: version_policy.Verdict(True, "faster here", 0.02, 0.05))
+    problem = dict(zip(toy.problem_fields, KEY))
+    served = version_policy.checked_entry(toy, problem, fingerprint(), shipped_elsewhere)
+    assert served is not None and served.time_ms == 0.02
+    assert served.provenance[TORCH_MS] == 0.05 and served.provenance["timer"] == GPU_TIMER

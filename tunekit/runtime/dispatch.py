@@ -164,12 +164,12 @@ def held_by_key(entry: Entry, shipped: Entry | None) -> Entry:
 def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint) -> Resolution:
     """A tuned entry's config, or torch's op where the tuner measured torch at least as fast (tunekit.tuning.
     torch_candidate: torch is a candidate like any config; by HOST_FLOOR_MARGIN where the times are per-call host
-    floors, which noise can order either way), or where the entry is launch-bound and its timer an earlier method
-    (SUPERSEDED_TIMERS) or it holds no torch
-    time: its GPU time says nothing of the host's work per call, which decides such a problem (an older entry
-    served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly). A demoted entry (one that made a model
-    step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served torch on
-    every device, the interpreter included, so the demotion path runs in the CPU tests."""
+    floors, which noise can order either way), or where the entry is launch-bound and was timed by an earlier
+    method (SUPERSEDED_TIMERS) or holds no torch time: its time then says nothing of the host's work per call, which
+    decides such a problem (an older entry served an 8x4096x4096 GEMM at 0.49x torch on the H200, timed eagerly;
+    another raced it against torch's scaled GEMM and lost to F.linear by 8 us a call). A demoted entry (one that
+    made a model step slower when the model was timed with and without it: tunekit.evaluation.tune_model) is served
+    torch on every device, the interpreter included, so the demotion path runs in the CPU tests."""
     if spec.torch_fallback and demotion(entry) is not None:
         return Resolution("demoted", TORCH, entry)
     if not spec.torch_fallback or device.is_interpreter:

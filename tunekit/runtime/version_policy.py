@@ -47,7 +47,7 @@ from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Problem
 from tunekit.core.spec import KernelSpec
 from tunekit.store.bounded_file import UnreadableFileError, load_json
-from tunekit.store.entry import IMPORTED, TORCH_MS, Entry, bad_record, config_digest
+from tunekit.store.entry import GPU_TIMER, IMPORTED, TORCH_MS, Entry, bad_record, config_digest
 from tunekit.store.key import CacheKey
 
 __all__ = ["Verdict", "candidate", "check_once", "checked_entry", "describe", "no_checks", "trusted", "verdicts_path"]
@@ -262,8 +262,9 @@ def checked_entry(
         return None
     provenance = dict(entry.provenance)
     provenance.pop(TORCH_MS, None)
-    if verdict.torch_ms is not None:
+    if verdict.torch_ms is not None:  # both times just taken here, by the default timer on this GPU
         provenance[TORCH_MS] = verdict.torch_ms
+        provenance["timer"] = GPU_TIMER
     return replace(entry, time_ms=verdict.time_ms or entry.time_ms, provenance=provenance)
 
 
