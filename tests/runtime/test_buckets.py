@@ -23,7 +23,7 @@ from tunekit.core.space import Problem, config_id
 from tunekit.fleet.plans import read_plan
 from tunekit.kernels.gemm.problem import make_problem
 from tunekit.runtime import buckets, dispatch
-from tunekit.store.entry import TORCH_MS, Entry, demoted
+from tunekit.store.entry import SUPERSEDED_TIMERS, TORCH_MS, Entry, demoted
 from tunekit.store.key import CacheKey
 from tunekit.store.store import Store
 
@@ -107,6 +107,19 @@ def test_an_edge_not_beating_torch_by_the_margin_leaves_torch(isolated_cache, lo
     res = resolved(gemm(1000), lo, hi)
     assert res.layer == "torch" and res.config is dispatch.TORCH
     assert why in res.note
+
+
+def test_a_launch_bound_edge_an_earlier_method_timed_leaves_torch(isolated_cache) -> None:
+    """Edges beating torch by the margin, but under the host floor and stamped by an earlier timer: the bucket
+    refuses, as dispatch refuses the edge itself (tunekit.store.entry.superseded_floor)."""
+    stamp = {"timer": sorted(SUPERSEDED_TIMERS)[0]}
+    assert resolved(gemm(12), entry_for(gemm(8), H200, 0.02, 0.05), entry_for(gemm(16), H200, 0.02, 0.05)).layer == (
+        "bucket"
+    )
+    lo, hi = (entry_for(gemm(m), H200, 0.02, 0.05) for m in (32, 64))
+    lo, hi = (dataclasses.replace(e, provenance={**e.provenance, **stamp}) for e in (lo, hi))
+    res = resolved(gemm(48), lo, hi)
+    assert res.layer == "torch" and "launch-bound, timed by an earlier method" in res.note
 
 
 def test_off_by_default_on_a_gpu_serves_torch_between_edges(isolated_cache, monkeypatch) -> None:

@@ -32,7 +32,7 @@ from tunekit.core import settings
 from tunekit.core.device import DeviceFingerprint
 from tunekit.core.space import Config, Problem, config_id
 from tunekit.core.spec import KernelSpec
-from tunekit.store.entry import TORCH_CANDIDATE, Entry, demotion, torch_time
+from tunekit.store.entry import TORCH_CANDIDATE, Entry, demotion, superseded_floor, torch_time
 from tunekit.store.key import CacheKey
 
 # Each edge's entry must run at least this many times torch's speed (torch_ms / time_ms), measured at that edge.
@@ -97,6 +97,8 @@ def bucket_resolution(spec: KernelSpec, problem: Problem, device: DeviceFingerpr
         for edge, timed_entry in edges.items():
             speedup, measured = (None, False) if timed_entry is None else _speedup(timed_entry, upper.config)
             whose = f"the config tuned at {hi}" if edge == hi or measured else f"the best config at {lo}"
+            if timed_entry is not None and superseded_floor(timed_entry):
+                return _refused(f"{span}: the entry at {edge} is launch-bound, timed by an earlier method")
             if speedup is None:
                 return _refused(f"{span}: the entry at {edge} holds no torch time")
             if speedup < BUCKET_MARGIN:

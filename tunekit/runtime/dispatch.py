@@ -38,11 +38,11 @@ from tunekit.store.entry import (
     HOST_FLOOR_MARGIN,
     HOST_FLOOR_MS,
     LAUNCH_BOUND_MS,
-    SUPERSEDED_TIMERS,
     TORCH_CANDIDATE,
     Entry,
     demotion,
     model_verified,
+    superseded_floor,
     torch_time,
 )
 from tunekit.store.key import CacheKey
@@ -175,10 +175,9 @@ def _tuned(spec: KernelSpec, layer: str, entry: Entry, device: DeviceFingerprint
     if not spec.torch_fallback or device.is_interpreter:
         return Resolution(layer, entry.config, entry)
     torch_ms = torch_time(entry.provenance)
-    host_floor = entry.time_ms < HOST_FLOOR_MS
-    if host_floor and entry.provenance.get("timer") in SUPERSEDED_TIMERS:
+    if superseded_floor(entry):
         return Resolution("torch-launch-bound", TORCH, entry)
-    margin = HOST_FLOOR_MARGIN if host_floor else 1.0
+    margin = HOST_FLOOR_MARGIN if entry.time_ms < HOST_FLOOR_MS else 1.0
     if torch_ms is not None and torch_ms <= margin * entry.time_ms:
         return Resolution("torch-measured", TORCH, entry)
     if torch_ms is None and entry.time_ms < LAUNCH_BOUND_MS:

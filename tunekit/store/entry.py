@@ -85,6 +85,14 @@ GPU_TIMER = "cuda-events-median-l2-flushed, per-call floor through the hot path 
 SUPERSEDED_TIMERS = frozenset(
     {"cuda-events-median-l2-flushed", "cuda-events-median-l2-flushed, per-call floor when launch-bound"}
 )
+
+
+def superseded_floor(entry: Entry) -> bool:
+    """Whether `entry` is launch-bound (under HOST_FLOOR_MS) and was timed by an earlier method (SUPERSEDED_TIMERS):
+    its ranking of kernel and torch does not hold where a user's calls run it."""
+    return entry.time_ms < HOST_FLOOR_MS and entry.provenance.get("timer") in SUPERSEDED_TIMERS
+
+
 # provenance: why this entry's best config made a model step slower, measured in the model (tunekit.evaluation.
 # tune_model); dispatch then serves torch's op for the problem.
 DEMOTED = "demoted"
