@@ -81,7 +81,7 @@ def model_bench(
             "tiles+compile-ro, the unpatched model compiled with tunekit's tuned GEMM tiles as Inductor's choices."
         ),
     ] = ",".join(VARIANTS),
-    reps: Annotated[int, typer.Option(min=1, help="Timed runs per measurement (the median), after 3 warm-ups.")] = 10,
+    reps: Annotated[int, typer.Option(min=1, help="Timed runs a turn in each alternation round.")] = 10,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Directory for model_bench.json, model_bench.txt, model_bench.png and the plans."),
