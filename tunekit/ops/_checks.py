@@ -94,11 +94,14 @@ def check_sizes(shape: Sequence[int], op: str) -> None:
             raise InvalidInputError(f"{op}: every dim must be < 2**31 - 1 (int32 indexing), but got {list(shape)}")
 
 
+def read_dtype(input_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype a kernel reads after `cast`: the input's where there is no cast or it widens to fp32, else the
+    cast's (what the ops' screens key on without casting)."""
+    return input_dtype if dtype is None or dtype == torch.float32 else dtype
+
+
 def cast(x: torch.Tensor, dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.dtype]:
     """torch's `dtype=` semantics: the input is cast to dtype first. Widening fp16/bf16 -> fp32 is exact, so the
     kernel reads the original and writes fp32 instead (no extra pass)."""
-    if dtype is None or dtype == x.dtype:
-        return x, x.dtype
-    if dtype == torch.float32:
-        return x, dtype
-    return x.to(dtype), dtype
+    read = read_dtype(x.dtype, dtype)
+    return (x if read == x.dtype else x.to(read)), (x.dtype if dtype is None else dtype)

@@ -34,6 +34,7 @@ from tunekit.ops._checks import (
     check_sizes,
     normalize_dim,
     normalize_dims,
+    read_dtype,
     use_custom_op,
 )
 from tunekit.ops._launch import dispatch_launch
@@ -235,7 +236,7 @@ def _reduction_problem(
     else:
         dims = normalize_dims(dim, ndim, "reduce")
     layout = _layout(input, dims)
-    read = DTYPE_NAMES[input.dtype if dtype is None or dtype == torch.float32 else dtype]  # what cast() leaves
+    read = DTYPE_NAMES[read_dtype(input.dtype, dtype)]
     if layout.inner == 1 and layout.outer > 1:
         return (op, "inner", 1, row_bucket(layout.outer), layout.length, read)
     return (op, "outer", row_bucket(layout.outer), row_bucket(layout.length), layout.inner, read)

@@ -48,6 +48,7 @@ from tunekit.ops._checks import (
     dtype_name,
     grads_flow,
     normalize_dim,
+    read_dtype,
     use_custom_op,
 )
 from tunekit.ops._launch import dispatch_launch, torch_trains_it
@@ -278,8 +279,7 @@ def _softmax_rows(input: torch.Tensor, dim: int, dtype: torch.dtype | None = Non
     """(bucketed rows, row length, dtype) of the kernel's view: `dim` moved last; a cast to fp32 reads the input
     as it is (cast), any other cast the cast tensor."""
     cols = input.shape[dim] if input.dim() else 1
-    read = input.dtype if dtype is None or dtype == torch.float32 else dtype
-    return row_bucket(input.numel() // cols if cols else 0), cols, DTYPE_NAMES[read]
+    return row_bucket(input.numel() // cols if cols else 0), cols, DTYPE_NAMES[read_dtype(input.dtype, dtype)]
 
 
 _SOFTMAX_SCREEN = Screen(_softmax_rows, ("rows", "cols", "dtype"))
