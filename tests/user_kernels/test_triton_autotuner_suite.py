@@ -32,7 +32,8 @@ early pruning left (at least one), and no benchmark when pruning leaves one conf
 
 Adapted, and nothing else changed: kernels run in Triton's interpreter on CPU tensors (the `device` fixture), so
 `do_bench` times one wall-clock run where there is no GPU; `is_cuda()` is "not interpreted"; an error is tunekit's
-one-line TunekitError where Triton raises its AutotunerError (same rule, test_prune_all_configs).
+one-line TunekitError where Triton raises its AutotunerError (same rule, test_prune_all_configs). The kernels several
+tests define alike (`_copy`, `_copy_rows`, `_store_ones`) are defined once; each test wraps them in its own autotuner.
 
 Not taken, and why:
 - test_kwargs[use_cuda_graph=True]: needs CUDA graphs; xfails without CUDA, as in Triton.
@@ -83,6 +84,43 @@ def do_bench(kernel_call, quantiles, use_cuda_graph=False):
     return [ms, ms, ms]
 
 
+@triton.jit
+def _copy_rows(dst, src, stride_m: tl.constexpr, M, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr):
+    offsets_m = tl.program_id(0) * stride_m + tl.arange(0, BLOCK_SIZE_M)
+    offsets_n = tl.arange(0, BLOCK_SIZE_N)
+    x = tl.load(src + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :])
+    tl.store(dst + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :], x)
+
+
+@triton.jit
+def _copy(dst, src, N, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x = tl.load(src + offsets, mask=offsets < N)
+    tl.store(dst + offsets, x, mask=offsets < N)
+
+
+@triton.jit
+def _store_ones(src, dst, N, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    if src is not None:
+        tl.store(src + offsets, tl.full([BLOCK_SIZE], 1, dtype=src.dtype.element_ty), mask=mask)
+    else:
+        tl.store(dst + offsets, tl.full([BLOCK_SIZE], 1, dtype=dst.dtype.element_ty), mask=mask)
+
+
+def _store_ones_with_hook(hook: str, src, dst, N: int, pass_kwargs_to_kernel: bool) -> None:
+    """Tune `_store_ones` with `src` listed under `hook` (reset_to_zero or restore_value); dst must end all ones."""
+    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    _kernel = tunekit.autotune(configs=configs, key=["N"], do_bench=do_bench, **{hook: ["src"]})(_store_ones)
+    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    if pass_kwargs_to_kernel:
+        _kernel[grid](src=src, dst=dst, N=N)
+    else:
+        _kernel[grid](src, dst, N)
+    triton.testing.assert_close(dst, torch.ones_like(dst))
+
+
 @pytest.mark.parametrize("use_cuda_graph", [False, True])
 def test_kwargs(use_cuda_graph: bool, device: str):
     if use_cuda_graph and not torch.cuda.is_available():
@@ -94,15 +132,9 @@ def test_kwargs(use_cuda_graph: bool, device: str):
 
     configs = [triton.Config(kwargs={"BLOCK_SIZE_M": 32}), triton.Config(kwargs={"BLOCK_SIZE_M": 128})]
 
-    @tunekit.autotune(
+    _kernel = tunekit.autotune(
         configs=configs, key=["M"], do_bench=lambda kernel, quantiles: do_bench(kernel, quantiles, use_cuda_graph)
-    )
-    @triton.jit
-    def _kernel(dst, src, stride_m: tl.constexpr, M, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr):
-        offsets_m = tl.program_id(0) * stride_m + tl.arange(0, BLOCK_SIZE_M)
-        offsets_n = tl.arange(0, BLOCK_SIZE_N)
-        x = tl.load(src + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :])
-        tl.store(dst + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :], x)
+    )(_copy_rows)
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE_M"]),)  # noqa: E731
     _kernel[grid](dst, src, N, M, N)
@@ -141,13 +173,7 @@ def test_no_do_bench(device: str):
 
     configs = [triton.Config(kwargs={"BLOCK_SIZE_M": 32}), triton.Config(kwargs={"BLOCK_SIZE_M": 128})]
 
-    @tunekit.autotune(configs=configs, key=["M"])
-    @triton.jit
-    def _kernel(dst, src, stride_m: tl.constexpr, M, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr):
-        offsets_m = tl.program_id(0) * stride_m + tl.arange(0, BLOCK_SIZE_M)
-        offsets_n = tl.arange(0, BLOCK_SIZE_N)
-        x = tl.load(src + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :])
-        tl.store(dst + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :], x)
+    _kernel = tunekit.autotune(configs=configs, key=["M"])(_copy_rows)
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE_M"]),)  # noqa: E731
     _kernel[grid](dst, src, N, M, N)
@@ -186,25 +212,7 @@ def test_reset_to_zero(pass_kwargs_to_kernel, src_is_none, device):
     N = 1024
     dst = torch.full((N,), 2.0, device=device)
     src = None if src_is_none else dst
-
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
-
-    @tunekit.autotune(configs=configs, key=["N"], reset_to_zero=["src"], do_bench=do_bench)
-    @triton.jit
-    def _kernel(src, dst, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < N
-        if src is not None:
-            tl.store(src + offsets, tl.full([BLOCK_SIZE], 1, dtype=src.dtype.element_ty), mask=mask)
-        else:
-            tl.store(dst + offsets, tl.full([BLOCK_SIZE], 1, dtype=dst.dtype.element_ty), mask=mask)
-
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
-    if pass_kwargs_to_kernel:
-        _kernel[grid](src=src, dst=dst, N=N)
-    else:
-        _kernel[grid](src, dst, N)
-    triton.testing.assert_close(dst, torch.ones_like(dst))
+    _store_ones_with_hook("reset_to_zero", src, dst, N, pass_kwargs_to_kernel)
 
 
 @pytest.mark.parametrize("pass_kwargs_to_kernel", [False, True])
@@ -218,25 +226,7 @@ def test_restore_with_none(pass_kwargs_to_kernel, device):
     N = 1024
     src = None
     dst = torch.full((N,), 2.0, device=device)
-
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
-
-    @tunekit.autotune(configs=configs, key=["N"], restore_value=["src"], do_bench=do_bench)
-    @triton.jit
-    def _kernel(src, dst, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < N
-        if src is not None:
-            tl.store(src + offsets, tl.full([BLOCK_SIZE], 1, dtype=src.dtype.element_ty), mask=mask)
-        else:
-            tl.store(dst + offsets, tl.full([BLOCK_SIZE], 1, dtype=dst.dtype.element_ty), mask=mask)
-
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
-    if pass_kwargs_to_kernel:
-        _kernel[grid](src=src, dst=dst, N=N)
-    else:
-        _kernel[grid](src, dst, N)
-    triton.testing.assert_close(dst, torch.ones_like(dst))
+    _store_ones_with_hook("restore_value", src, dst, N, pass_kwargs_to_kernel)
 
 
 def test_hooks(device):
@@ -306,12 +296,7 @@ def test_prune_configs(with_perf_model: bool, device: str):
     else:
         prune_configs_by = {"early_config_prune": early_config_prune}
 
-    @tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)
-    @triton.jit
-    def _kernel(dst, src, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(src + offsets, mask=offsets < N)
-        tl.store(dst + offsets, x, mask=offsets < N)
+    _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)(_copy)
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
     _kernel[grid](dst, src, N=N)
@@ -340,12 +325,7 @@ def test_prune_configs_fractional_top_k_keeps_one(device: str):
     configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
     prune_configs_by = {"perf_model": perf_model, "top_k": 0.3}
 
-    @tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)
-    @triton.jit
-    def _kernel(dst, src, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(src + offsets, mask=offsets < N)
-        tl.store(dst + offsets, x, mask=offsets < N)
+    _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)(_copy)
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
     _kernel[grid](dst, src, N=N)
@@ -413,12 +393,9 @@ def test_pruned_single_config_skips_benchmark(prune_kind: str, device: str):
 
         prune_configs_by = {"perf_model": perf_model, "top_k": 1}
 
-    @tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_not_bench)
-    @triton.jit
-    def _kernel(dst, src, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(src + offsets, mask=offsets < N)
-        tl.store(dst + offsets, x, mask=offsets < N)
+    _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_not_bench)(
+        _copy
+    )
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
     _kernel[grid](dst, src, N=N)
@@ -439,12 +416,7 @@ def test_prune_all_configs(device):
 
     prune_configs_by = {"early_config_prune": early_config_prune}
 
-    @tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by)
-    @triton.jit
-    def _kernel(dst, src, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(src + offsets, mask=offsets < N)
-        tl.store(dst + offsets, x, mask=offsets < N)
+    _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by)(_copy)
 
     grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
     try:
