@@ -84,6 +84,16 @@ def do_bench(kernel_call, quantiles, use_cuda_graph=False):
     return [ms, ms, ms]
 
 
+def _two_configs(block: str) -> list[triton.Config]:
+    """The two configs most of Triton's tests tune over: `block` 32 and 128."""
+    return [triton.Config(kwargs={block: 32}), triton.Config(kwargs={block: 128})]
+
+
+def _grid_over(n: int, block: str):
+    """The 1-D grid Triton's tests launch: cdiv(n, the config's `block`)."""
+    return lambda META: (triton.cdiv(n, META[block]),)
+
+
 @triton.jit
 def _copy_rows(dst, src, stride_m: tl.constexpr, M, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr):
     offsets_m = tl.program_id(0) * stride_m + tl.arange(0, BLOCK_SIZE_M)
@@ -111,9 +121,9 @@ def _store_ones(src, dst, N, BLOCK_SIZE: tl.constexpr):
 
 def _store_ones_with_hook(hook: str, src, dst, N: int, pass_kwargs_to_kernel: bool) -> None:
     """Tune `_store_ones` with `src` listed under `hook` (reset_to_zero or restore_value); dst must end all ones."""
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
     _kernel = tunekit.autotune(configs=configs, key=["N"], do_bench=do_bench, **{hook: ["src"]})(_store_ones)
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     if pass_kwargs_to_kernel:
         _kernel[grid](src=src, dst=dst, N=N)
     else:
@@ -130,13 +140,13 @@ def test_kwargs(use_cuda_graph: bool, device: str):
     src = torch.randn(M * N, device=device)
     dst = torch.empty(M * N, device=device)
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE_M": 32}), triton.Config(kwargs={"BLOCK_SIZE_M": 128})]
-
     _kernel = tunekit.autotune(
-        configs=configs, key=["M"], do_bench=lambda kernel, quantiles: do_bench(kernel, quantiles, use_cuda_graph)
+        configs=_two_configs("BLOCK_SIZE_M"),
+        key=["M"],
+        do_bench=lambda kernel, quantiles: do_bench(kernel, quantiles, use_cuda_graph),
     )(_copy_rows)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE_M"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE_M")
     _kernel[grid](dst, src, N, M, N)
     # the key word args could be in arbitrary order.
     _kernel[grid](dst=dst, src=src, M=M // 2, stride_m=N, BLOCK_SIZE_N=N)
@@ -148,9 +158,7 @@ def test_dtype_cache_results(device: str):
     src = torch.randn(M * N, device=device)
     dst = torch.empty(M * N, device=device)
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE_M": 32}), triton.Config(kwargs={"BLOCK_SIZE_M": 128})]
-
-    @tunekit.autotune(configs=configs, key=["DTYPE"], cache_results=True)
+    @tunekit.autotune(configs=_two_configs("BLOCK_SIZE_M"), key=["DTYPE"], cache_results=True)
     @triton.jit
     def _kernel(
         dst, src, stride_m: tl.constexpr, DTYPE: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr
@@ -161,8 +169,7 @@ def test_dtype_cache_results(device: str):
         x = x.to(DTYPE)
         tl.store(dst + offsets_m[:, None] * BLOCK_SIZE_N + offsets_n[None, :], x)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE_M"]),)  # noqa: E731
-    _kernel[grid](dst, src, N, tl.float32, N)
+    _kernel[_grid_over(N, "BLOCK_SIZE_M")](dst, src, N, tl.float32, N)
     assert len(_kernel.cache) == 1
 
 
@@ -171,12 +178,8 @@ def test_no_do_bench(device: str):
     src = torch.randn(M * N, device=device)
     dst = torch.empty(M * N, device=device)
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE_M": 32}), triton.Config(kwargs={"BLOCK_SIZE_M": 128})]
-
-    _kernel = tunekit.autotune(configs=configs, key=["M"])(_copy_rows)
-
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE_M"]),)  # noqa: E731
-    _kernel[grid](dst, src, N, M, N)
+    _kernel = tunekit.autotune(configs=_two_configs("BLOCK_SIZE_M"), key=["M"])(_copy_rows)
+    _kernel[_grid_over(N, "BLOCK_SIZE_M")](dst, src, N, M, N)
     assert len(_kernel.cache) == 1
 
 
@@ -185,7 +188,7 @@ def test_restore(pass_kwargs_to_kernel, device):
     N = 1024
     src = torch.zeros(N, device=device)
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
 
     @tunekit.autotune(configs=configs, key=["N"], restore_value=["src"], do_bench=do_bench)
     @triton.jit
@@ -194,7 +197,7 @@ def test_restore(pass_kwargs_to_kernel, device):
         x = tl.load(src + offsets, mask=offsets < N) + 1
         tl.store(src + offsets, x, mask=offsets < N)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     if pass_kwargs_to_kernel:
         _kernel[grid](src=src, N=N)
     else:
@@ -289,7 +292,7 @@ def test_prune_configs(with_perf_model: bool, device: str):
         records["run_perf_model"] = True
         return kwargs["BLOCK_SIZE"]
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
 
     if with_perf_model:
         prune_configs_by = {"perf_model": perf_model, "top_k": 1}
@@ -298,7 +301,7 @@ def test_prune_configs(with_perf_model: bool, device: str):
 
     _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)(_copy)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     _kernel[grid](dst, src, N=N)
     torch.testing.assert_close(src, dst)
     if with_perf_model:
@@ -322,12 +325,12 @@ def test_prune_configs_fractional_top_k_keeps_one(device: str):
     def perf_model(*args, **kwargs):
         return kwargs["BLOCK_SIZE"]
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
     prune_configs_by = {"perf_model": perf_model, "top_k": 0.3}
 
     _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by, do_bench=do_bench)(_copy)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     _kernel[grid](dst, src, N=N)
     torch.testing.assert_close(src, dst)
 
@@ -372,7 +375,7 @@ def test_pruned_single_config_skips_benchmark(prune_kind: str, device: str):
     src = torch.randn(N, device=device)
     dst = torch.empty(N, device=device)
     records = {}
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
 
     def do_not_bench(kernel_call, quantiles):
         records["run_do_bench"] = True
@@ -397,7 +400,7 @@ def test_pruned_single_config_skips_benchmark(prune_kind: str, device: str):
         _copy
     )
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     _kernel[grid](dst, src, N=N)
     torch.testing.assert_close(src, dst)
     assert _kernel.best_config == configs[1]
@@ -412,13 +415,13 @@ def test_prune_all_configs(device):
     def early_config_prune(configs, named_args, **kwargs):
         return []
 
-    configs = [triton.Config(kwargs={"BLOCK_SIZE": 32}), triton.Config(kwargs={"BLOCK_SIZE": 128})]
+    configs = _two_configs("BLOCK_SIZE")
 
     prune_configs_by = {"early_config_prune": early_config_prune}
 
     _kernel = tunekit.autotune(configs=configs, key=["N"], prune_configs_by=prune_configs_by)(_copy)
 
-    grid = lambda META: (triton.cdiv(N, META["BLOCK_SIZE"]),)  # noqa: E731
+    grid = _grid_over(N, "BLOCK_SIZE")
     try:
         _kernel[grid](dst, src, N=N)
         pytest.fail("Expected exception was not thrown.")
