@@ -143,14 +143,13 @@ def _layer_norm_problem(
     normalized_shape: int | Sequence[int],
     weight: object = None,
     bias: object = None,
-    *_: object,
-    **__: object,
+    eps: object = None,
 ) -> tuple[object, ...]:
     return *_bucketed_rows(input, normalized_shape), DTYPE_NAMES[input.dtype], weight is not None, bias is not None
 
 
 def _rms_norm_problem(
-    input: Tensor, normalized_shape: int | Sequence[int], weight: object = None, *_: object, **__: object
+    input: Tensor, normalized_shape: int | Sequence[int], weight: object = None, eps: object = None
 ) -> tuple[object, ...]:
     return *_bucketed_rows(input, normalized_shape), DTYPE_NAMES[input.dtype], weight is not None
 
@@ -160,15 +159,23 @@ _LAYER_NORM_SCREEN = Screen(_layer_norm_problem, ("rows", "cols", "dtype", "weig
 _RMS_NORM_SCREEN = Screen(_rms_norm_problem, ("rows", "cols", "dtype", "weight"))
 
 
-def _taking_an_int_shape(torch_norm: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """torch's norm (F.layer_norm, F.rms_norm), taking an int normalized_shape as the op does (torch's takes a
-    sequence only): the op's torch fallback."""
+# The ops' torch fallbacks, with the fronts' signatures: torch's norms take normalized_shape as a sequence only.
+def _torch_layer_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return F.layer_norm(input, shape, weight, bias, eps)
 
-    def call(input: Tensor, normalized_shape: int | Sequence[int], *args: Any, **kwargs: Any) -> Tensor:
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-        return torch_norm(input, shape, *args, **kwargs)
 
-    return call
+def _torch_rms_norm(
+    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return F.rms_norm(input, shape, weight, eps)
 
 
 def _rows_like(input: Tensor, n: int) -> Tensor:
@@ -252,9 +259,7 @@ _LAYER_NORM = _declare_norm(
 )
 
 
-@public_op(
-    _taking_an_int_shape(F.layer_norm), _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM, screen=_LAYER_NORM_SCREEN
-)
+@public_op(_torch_layer_norm, _LAYERNORM, _LAYERNORM_BACKWARD, runs=_LAYER_NORM, screen=_LAYER_NORM_SCREEN)
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -338,7 +343,7 @@ _RMS_NORM = _declare_norm(
 )
 
 
-@public_op(_taking_an_int_shape(F.rms_norm), _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM, screen=_RMS_NORM_SCREEN)
+@public_op(_torch_rms_norm, _RMSNORM, _RMSNORM_BACKWARD, runs=_RMS_NORM, screen=_RMS_NORM_SCREEN)
 def rms_norm(
     input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
+from torch import Tensor
 
 from tunekit.core.errors import InvalidInputError
 from tunekit.core.space import Problem
@@ -44,6 +45,8 @@ _NO_PLAN = object()  # a signature whose watched call did something a plan canno
 _OPS: list[HotPath] = []
 _INNER: list[HotPath] = []  # ops' inner steps (hot_path(public=False))
 _MAX_SIGNATURES = 4096  # per op
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 @dataclass
@@ -78,10 +81,10 @@ class Screen:
 
 
 def _any_requires_grad(args: Sequence[object], kwargs: dict[str, object]) -> bool:
-    for value in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(value, torch.Tensor) and value.requires_grad:
+    for value in args:
+        if isinstance(value, Tensor) and value.requires_grad:
             return True
-    return False
+    return bool(kwargs) and any(isinstance(v, Tensor) and v.requires_grad for v in kwargs.values())
 
 
 def readable(value: object) -> object:
@@ -153,13 +156,10 @@ class HotPath:
         return self.only_torch
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            # The graph holds torch's own ops, which Inductor fuses with their neighbours, unless a kernel of this
-            # op beats Inductor's code for some problem (compile_policy): then the op itself, whose body decides per
-            # problem when traced. A recording traces the op itself, so that its problems are recorded.
-            if recorder.ACTIVE or self.torch_equivalent is None or traces_op(self.name):
-                return self.traced(*args, **kwargs)
-            return self.compiled_equivalent(*args, **kwargs)  # type: ignore[misc]
+        # The order is the cost order of a call torch serves: each check is a few attribute reads, and the screen
+        # (one problem's fields) runs only where some problem of the op is served a kernel here.
+        if _is_compiling():
+            return self._traced_call(args, kwargs)
         if recorder.ACTIVE or watching():  # a call inside a watched call: as is
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
@@ -177,7 +177,7 @@ class HotPath:
             if (
                 value is not None
                 and value not in screened
-                and not (torch.is_grad_enabled() and _any_requires_grad(args, kwargs))
+                and not (_grad_enabled() and _any_requires_grad(args, kwargs))
             ):
                 self.stats.torch_direct += 1  # no entry serves a kernel for a problem of this size
                 return self.torch_equivalent(*args, **kwargs)  # type: ignore[misc]
@@ -197,6 +197,14 @@ class HotPath:
             return self._watch(signature, args, kwargs)
         self.stats.replays += 1
         return plan(args, kwargs)  # type: ignore[operator]
+
+    def _traced_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # The graph holds torch's own ops, which Inductor fuses with their neighbours, unless a kernel of this
+        # op beats Inductor's code for some problem (compile_policy): then the op itself, whose body decides per
+        # problem when traced. A recording traces the op itself, so that its problems are recorded.
+        if recorder.ACTIVE or self.torch_equivalent is None or traces_op(self.name):
+            return self.traced(*args, **kwargs)
+        return self.compiled_equivalent(*args, **kwargs)  # type: ignore[misc]
 
     def _watch(self, signature: tuple[object, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.stats.watched += 1
