@@ -160,20 +160,18 @@ _RMS_NORM_SCREEN = Screen(_rms_norm_problem, ("rows", "cols", "dtype", "weight")
 
 
 # The ops' torch fallbacks, with the fronts' signatures: torch's norms take normalized_shape as a sequence only.
+Shape = int | Sequence[int]
+Param = Tensor | None
+
+
 def _torch_layer_norm(
-    input: Tensor,
-    normalized_shape: int | Sequence[int],
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
+    input: Tensor, normalized_shape: Shape, weight: Param = None, bias: Param = None, eps: float = 1e-5
 ) -> Tensor:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     return F.layer_norm(input, shape, weight, bias, eps)
 
 
-def _torch_rms_norm(
-    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
-) -> Tensor:
+def _torch_rms_norm(input: Tensor, normalized_shape: Shape, weight: Param = None, eps: float | None = None) -> Tensor:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     return F.rms_norm(input, shape, weight, eps)
 
