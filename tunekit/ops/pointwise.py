@@ -114,32 +114,30 @@ def _gelu_activation(approximate: str) -> str:
     return activation
 
 
-def _gelu(input: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _pointwise(input, None, None, _gelu_activation(approximate), 1.0)
+_Body = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None, str, float], torch.Tensor]
+_EntryPoint = Callable[..., torch.Tensor]
 
 
-def _bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
-    return _pointwise(input, bias, None, activation, scale)
+def _entry_points(body: _Body) -> tuple[_EntryPoint, _EntryPoint, _EntryPoint]:
+    """(gelu, bias_act, bias_act_residual) over `body`, the launch or its fake: each op's signature (its custom op's
+    schema) written once, with the operands it fixes."""
+
+    def gelu(input: torch.Tensor, approximate: str) -> torch.Tensor:
+        return body(input, None, None, _gelu_activation(approximate), 1.0)
+
+    def bias_act(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
+        return body(input, bias, None, activation, scale)
+
+    def bias_act_residual(
+        input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
+    ) -> torch.Tensor:
+        return body(input, bias, residual, activation, scale)
+
+    return gelu, bias_act, bias_act_residual
 
 
-def _bias_act_residual(
-    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
-) -> torch.Tensor:
-    return _pointwise(input, bias, residual, activation, scale)
-
-
-def _gelu_fake(input: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _fake(input, None, None, _gelu_activation(approximate), 1.0)
-
-
-def _bias_act_fake(input: torch.Tensor, bias: torch.Tensor | None, activation: str, scale: float) -> torch.Tensor:
-    return _fake(input, bias, None, activation, scale)
-
-
-def _bias_act_residual_fake(
-    input: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, activation: str, scale: float
-) -> torch.Tensor:
-    return _fake(input, bias, residual, activation, scale)
+_gelu, _bias_act, _bias_act_residual = _entry_points(_pointwise)
+_gelu_fake, _bias_act_fake, _bias_act_residual_fake = _entry_points(_fake)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
