@@ -23,6 +23,7 @@ from tunekit.search_spaces.gemm.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 __all__ = ["LayerNorm", "Linear", "RMSNorm"]
 
 _DEVICE_TYPE = backend.torch_device().type
+_ON_GPU = _DEVICE_TYPE == "cuda"
 
 # Activations the GEMM epilogue fuses, with torch's own form for calls that fall back.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -36,10 +37,19 @@ def apply_activation(x: torch.Tensor, activation: str | None) -> torch.Tensor:
 
 def runs_here(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
     """Whether tunekit's kernels take this call: a supported dtype on the kernels' device, parameters alike, and
-    no autocast (which would run torch's op in another dtype than the inputs')."""
-    if x.dtype not in DTYPE_NAMES or x.device.type != _DEVICE_TYPE or torch.is_autocast_enabled(x.device.type):
+    no autocast (which would run torch's op in another dtype than the inputs'). Read through the tensors' flags
+    and device indices: a patched module asks on every call, and torch.device objects cost more to build."""
+    if x.dtype not in DTYPE_NAMES or not _on_kernels_device(x) or torch.is_autocast_enabled(_DEVICE_TYPE):
         return False
-    return all(p is None or (p.dtype == x.dtype and p.device == x.device) for p in params)
+    dtype, index = x.dtype, x.get_device()
+    for p in params:
+        if p is not None and (p.dtype != dtype or not _on_kernels_device(p) or p.get_device() != index):
+            return False
+    return True
+
+
+def _on_kernels_device(t: torch.Tensor) -> bool:
+    return t.is_cuda if _ON_GPU else t.is_cpu
 
 
 def param(module: torch.nn.Module, name: str) -> torch.Tensor | None:

@@ -522,3 +522,16 @@ def test_tunekit_linear_keeps_its_activation_and_meta_models_patch():
         meta = torch.nn.Sequential(_MLP(torch.nn.GELU()), _Norm(24, mean=False))
     report = patch(meta)
     assert [k for _, k in report.swapped] == ["Linear", "Linear"] and report.fused == []
+
+
+def test_runs_here_takes_only_calls_on_the_kernels_device_with_matching_parameters():
+    from tunekit import nn as tk_nn
+
+    x, w = torch.randn(3, 8), torch.randn(8)
+    assert tk_nn.runs_here(x, w, None)
+    assert not tk_nn.runs_here(x, w.double())  # a parameter of another dtype
+    assert not tk_nn.runs_here(x, torch.empty(8, device="meta"))  # a parameter on another device
+    assert not tk_nn.runs_here(torch.empty(3, 8, device="meta"), torch.empty(8, device="meta"))
+    assert not tk_nn.runs_here(x.to(torch.int32))  # a dtype the kernels do not take
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not tk_nn.runs_here(x, w)

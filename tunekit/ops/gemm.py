@@ -224,8 +224,15 @@ def _gemm_op(g: _Gemm) -> torch.Tensor:
 
 
 def _torch_matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, **epilogue: Any) -> torch.Tensor:
-    """matmul where dispatch served TORCH (a replayed call: matmul has validated its arguments)."""
+    """matmul where dispatch served TORCH (a replayed call: matmul has validated its arguments). A projection's
+    call (GPT-2's Conv1D: a bias at most) is torch_gemm's one cuBLAS call, made without its epilogue's steps."""
+    if activation is None and epilogue.keys() <= _BIAS_ONLY:
+        bias = epilogue.get("bias")
+        return torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
     return torch_gemm(_Gemm(a, b, activation=_check_activation(activation), **epilogue))
+
+
+_BIAS_ONLY = frozenset({"bias"})
 
 
 def _torch_linear(
