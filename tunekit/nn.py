@@ -138,9 +138,19 @@ class Linear(torch.nn.Linear):
         return super().extra_repr() + (f", activation={self.activation}" if self.activation else "")
 
 
+def _attribute(module: torch.nn.Module, name: str) -> Any:
+    """module.<name>, read from its parameters where it is one: nn.Module's __getattr__ costs a patched call more
+    than the rest of its gate. A parametrized one (torch.nn.utils.parametrize) is a property, read as such."""
+    params = module._parameters
+    if name in params:
+        return params[name]
+    return getattr(module, name)
+
+
 def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
     """act(input @ W.T + b) + residual through tunekit where it can run, else through torch."""
-    weight, bias, activation = module.weight, module.bias, module.__dict__.get("_tunekit_activation")
+    weight, bias = _attribute(module, "weight"), _attribute(module, "bias")
+    activation = module.__dict__.get("_tunekit_activation")
     if runs_here(input, weight, bias, residual):
         return ops.linear(input, weight, bias, activation, residual)
     out = apply_activation(F.linear(input, weight, bias), activation)

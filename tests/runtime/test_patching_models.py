@@ -535,3 +535,22 @@ def test_runs_here_takes_only_calls_on_the_kernels_device_with_matching_paramete
     assert not tk_nn.runs_here(x.to(torch.int32))  # a dtype the kernels do not take
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not tk_nn.runs_here(x, w)
+
+
+def test_linear_forward_reads_a_parametrized_weight_as_its_property():
+    from torch.nn.utils import parametrize
+
+    from tunekit import nn as tk_nn
+
+    class Doubled(torch.nn.Module):
+        def forward(self, weight: torch.Tensor) -> torch.Tensor:
+            return weight * 2
+
+    linear = torch.nn.Linear(16, 8)
+    parametrize.register_parametrization(linear, "weight", Doubled())
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(tk_nn.linear_forward(linear, x), linear(x))
+        torch.testing.assert_close(
+            tk_nn.linear_forward(linear, x), x @ (2 * linear.parametrizations.weight.original).T + linear.bias
+        )
