@@ -76,11 +76,12 @@ def _layout(x: torch.Tensor, dims: list[int]) -> _Layout:
         pdims = sorted(order.index(d) for d in dims)
         if candidate.is_contiguous() and pdims == list(range(pdims[0], pdims[-1] + 1)):
             xv, vdims, perm = candidate, pdims, order
-    shape = list(xv.shape)
-    outer = math.prod(shape[: vdims[0]])
-    length = math.prod(shape[vdims[0] : vdims[-1] + 1])
-    inner = math.prod(shape[vdims[-1] + 1 :])
-    return _Layout(xv, vdims, perm, outer, length, inner)
+    return _Layout(xv, vdims, perm, *_extents(xv.shape, vdims[0], vdims[-1]))
+
+
+def _extents(shape: Sequence[int], first: int, last: int) -> tuple[int, int, int]:
+    """(outer, length, inner): the sizes before, across and after the reduced dims first..last."""
+    return math.prod(shape[:first]), math.prod(shape[first : last + 1]), math.prod(shape[last + 1 :])
 
 
 def _finish(t: torch.Tensor, layout: _Layout, dims: list[int], keepdim: bool, ndim: int) -> torch.Tensor:
@@ -229,17 +230,18 @@ def _reduction_problem(
     if ndim == 0 or not input.is_contiguous():
         return None
     if type(dim) is int:  # the common call, without normalize_dims' checks (a dim out of range: the full path)
-        d = dim + ndim if dim < 0 else dim
-        if not 0 <= d < ndim:
+        first = last = dim + ndim if dim < 0 else dim
+        if not 0 <= first < ndim:
             return None
-        dims = [d]
     else:
         dims = normalize_dims(dim, ndim, "reduce")
-    layout = _layout(input, dims)
+        first, last = dims[0], dims[-1]
+    # contiguous: _layout would not permute, so its extents are the shape's own (without building a _Layout)
+    outer, length, inner = _extents(input.shape, first, last)
     read = DTYPE_NAMES[read_dtype(input.dtype, dtype)]
-    if layout.inner == 1 and layout.outer > 1:
-        return (op, "inner", 1, row_bucket(layout.outer), layout.length, read)
-    return (op, "outer", row_bucket(layout.outer), row_bucket(layout.length), layout.inner, read)
+    if inner == 1 and outer > 1:
+        return (op, "inner", 1, row_bucket(outer), length, read)
+    return (op, "outer", row_bucket(outer), row_bucket(length), inner, read)
 
 
 def _reduction_screen(op: str) -> Screen:
