@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from tunekit.core import backend
 from tunekit.core.device import fingerprint
 from tunekit.core.registry import get_spec
 from tunekit.launch import plan
@@ -40,7 +41,7 @@ class CountingLaunch:
 def _layernorm_case(seed: int) -> tuple[Any, dict[str, Any], tuple[Any, ...], tuple[torch.Tensor, ...]]:
     spec = get_spec("layernorm")
     problem = {"rows": 16, "cols": 96, "dtype": "float32", "weight": True, "bias": True}
-    inputs = spec.make_inputs(problem, CPU, seed)
+    inputs = spec.make_inputs(problem, backend.torch_device(), seed)  # the GPU where there is one
     outputs = spec.alloc_outputs(inputs)
     return spec, spec.heuristic(problem, fingerprint()), inputs, outputs
 
