@@ -17,6 +17,7 @@ from tunekit import ops
 from tunekit.core import backend
 from tunekit.core.spec import DTYPE_NAMES
 from tunekit.kernels.common import TORCH_ACTIVATIONS
+from tunekit.runtime import hotpath
 from tunekit.runtime.hotpath import traces_as_model_code
 from tunekit.search_spaces.gemm.gemm import ACTIVATIONS as GEMM_ACTIVATIONS
 
@@ -49,13 +50,77 @@ def runs_here(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
 
 
 def _on_kernels_device(t: torch.Tensor) -> bool:
-    return t.is_cuda if _ON_GPU else t.is_cpu
+    # is_cuda, which Dynamo folds to a constant; the interpreter's device by its type (is_cpu would trace as a node)
+    return t.is_cuda if _ON_GPU else t.device.type == "cpu"
 
 
 def param(module: torch.nn.Module, name: str) -> torch.Tensor | None:
     """A module's own parameter (or buffer) by name, typed: None when absent."""
     found = module._parameters.get(name)
     return found if found is not None else module._buffers.get(name)
+
+
+# ---------------------------------------------------------------------------------------------- the torch shortcut
+
+TORCH_CALL = "_tunekit_torch_call"  # on a patched module: the key of its calls whose op served torch's own op
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+
+
+def torch_call_key(module: torch.nn.Module, x: torch.Tensor) -> tuple[object, ...] | None:
+    """Everything that decides whether a module's call reaches torch's own op through its op's hot path: the hot
+    path's epoch, the input's and parameters' shapes, dtypes and devices. None where a call must take its full
+    path: compiling, a recording or watched call, gradients flowing, autocast, a weight that is no parameter."""
+    if _is_compiling() or hotpath.diverted():
+        return None
+    params = module._parameters
+    weight, bias = params.get("weight"), params.get("bias")
+    if weight is None:
+        return None
+    if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+        return None
+    device = x.device
+    if torch.is_autocast_enabled("cuda" if x.is_cuda else device.type):
+        return None
+    held = None if bias is None else (bias.dtype, bias.device)
+    return (hotpath.EPOCH, x.shape, x.dtype, device, weight.shape, weight.dtype, weight.device, held)
+
+
+def with_torch_shortcut(
+    forward: Callable[..., Any], by_torch: Callable[[Any, torch.Tensor], Any], op: str
+) -> Callable[..., Any]:
+    """A patched module's forward: `forward(module, x)`, except that a call of the key (torch_call_key) whose
+    last call op `op` served torch's own op directly is `by_torch(module, x)`, that torch call, at once. The
+    module's checks (its guard, runs_here) and the op's (the screen) read nothing the key does not hold, and a
+    decode step repeats its calls' keys, so a repeated call costs the key's reads rather than every check."""
+
+    def call(module: torch.nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(x, torch.Tensor):
+            return forward(module, x, *args, **kwargs)
+        key = torch_call_key(module, x)
+        if key is None:
+            return forward(module, x)
+        hot = hotpath.op_named(op)
+        if module.__dict__.get(TORCH_CALL) == key:
+            hot.stats.torch_direct += 1
+            return by_torch(module, x)
+        before = hot.stats.torch_direct
+        out = forward(module, x)
+        if hot.stats.torch_direct == before + 1:  # this call's op call, and only it, went to torch's op
+            module.__dict__[TORCH_CALL] = key
+        return out
+
+    return call
+
+
+def _torch_of(op: str) -> Callable[..., Any]:
+    """What op `op`'s hot path calls where it serves torch's own op."""
+    torch_call = hotpath.op_named(op).torch_equivalent
+    assert torch_call is not None
+    return torch_call
+
+
+# ---------------------------------------------------------------------------------------------- forwards
 
 
 def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
@@ -65,11 +130,19 @@ def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch
     return F.layer_norm(input, shape, weight, bias, eps)
 
 
+def layer_norm_by_torch(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
+    return _torch_of("layer_norm")(input, module.normalized_shape, module.weight, module.bias, module.eps)
+
+
 def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
     shape, weight, eps = tuple(module.normalized_shape), module.weight, module.eps
     if runs_here(x, weight):
         return ops.rms_norm(x, shape, weight, eps)
     return F.rms_norm(x, shape, weight, eps)
+
+
+def rms_norm_by_torch(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    return _torch_of("rms_norm")(x, tuple(module.normalized_shape), module.weight, module.eps)
 
 
 SWAPPED_FROM = "_tunekit_swapped_from"  # on a class tunekit.patch derived for a swap: the class it derives from
@@ -90,15 +163,32 @@ def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor
     """A norm of model code that tunekit.patch found to compute normalize(x) * (weight + offset) (+ bias) over the
     last dim; `_tunekit_norm` holds ("rms" or "layer", eps, offset). Calls the kernels cannot take run the
     module's own forward (its exact dtype rules, e.g. an fp32 weight on a bf16 input)."""
-    statistics, eps, offset = module.__dict__["_tunekit_norm"]
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None  # patch only marks modules with a weight
-    if traces_as_model_code(norm_op(statistics)) or not runs_here(x, weight, bias):
+    op, args = _found_norm_call(module, weight, bias)
+    if traces_as_model_code(op) or not runs_here(x, weight, bias):
         return own_forward(module)(module, x)
-    scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
-    if statistics == "rms":
-        return ops.rms_norm(x, tuple(weight.shape), scale, eps)
-    return ops.layer_norm(x, tuple(weight.shape), scale, bias, eps)
+    return getattr(ops, op)(x, *args())
+
+
+def found_norm_by_torch(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    weight, bias = param(module, "weight"), param(module, "bias")
+    assert weight is not None
+    op, args = _found_norm_call(module, weight, bias)
+    return _torch_of(op)(x, *args())
+
+
+def _found_norm_call(
+    module: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[str, Callable[[], tuple[object, ...]]]:
+    """A found norm's op and (when called) its arguments after the input."""
+    statistics, eps, offset = module.__dict__["_tunekit_norm"]
+
+    def args() -> tuple[object, ...]:
+        scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
+        return (tuple(weight.shape), scale, eps) if statistics == "rms" else (tuple(weight.shape), scale, bias, eps)
+
+    return norm_op(statistics), args
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -157,6 +247,11 @@ def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch
     return out if residual is None else out + residual
 
 
+def linear_by_torch(module: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
+    weight, bias = _attribute(module, "weight"), _attribute(module, "bias")
+    return _torch_of("linear")(input, weight, bias, module.__dict__.get("_tunekit_activation"), None)
+
+
 def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """act(x @ W + b) for modules holding W as [in, out] (GPT-2's Conv1D), found by tunekit.patch."""
     weight, bias = param(module, "weight"), param(module, "bias")
@@ -166,3 +261,11 @@ def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not traces_as_model_code("matmul") and runs_here(x, weight, bias):
         return ops.matmul(x2d, weight, bias=bias, activation=activation).view(out_shape)
     return apply_activation(own_forward(module)(module, x), activation)  # its own forward, then the fused act
+
+
+def matmul_by_torch(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    weight, bias = param(module, "weight"), param(module, "bias")
+    assert weight is not None
+    activation = module.__dict__.get("_tunekit_activation")
+    product = _torch_of("matmul")(x.reshape(-1, x.shape[-1]), weight, bias=bias, activation=activation)
+    return product.view(*x.shape[:-1], weight.shape[1])

@@ -466,3 +466,85 @@ def test_compiled_calls_trace_torch_where_torch_serves_everything(monkeypatch: p
     torch.testing.assert_close(compiled(x), torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
     assert any("tunekit" in t for t in targets), targets
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------- patched modules
+
+
+def _patched(family: str = "llama") -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(a tiny model, a patched copy) in eval mode. Llama: Linear swapped by class, RMSNorm found by structure;
+    GPT-2: LayerNorm by class, Conv1D found by structure (guarded), its GELU fused into the projection before it."""
+    pytest.importorskip("transformers")
+    import copy
+
+    import transformers
+    from helpers import tiny_llama
+
+    from tunekit.integrations.patching import patch
+
+    torch.manual_seed(0)
+    if family == "llama":
+        own = tiny_llama(1).eval()
+    else:
+        config = transformers.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=128)
+        own = transformers.GPT2LMHeadModel(config).eval()
+    patched = copy.deepcopy(own)
+    assert patch(patched).swapped
+    return own, patched
+
+
+def _decode(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(tokens, use_cache=False).logits
+
+
+@pytest.mark.parametrize(("family", "keyed", "linears"), [("llama", 11, 8), ("gpt2", 8, 1)])
+def test_a_patched_modules_repeated_torch_call_skips_its_checks(
+    family: str, keyed: int, linears: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module call whose op served torch's own op directly keeps its key; the next call of that key is that torch
+    call at once (no runs_here, no screen), counted as torch-direct, with the full path's bits."""
+    from tunekit import nn as tk_nn
+
+    _on_untuned_gpu(monkeypatch)
+    own, patched = _patched(family)
+    tokens = torch.randint(0, 128, (4, 1))
+    full = _decode(patched, tokens)  # the full path; keys kept
+    torch.testing.assert_close(full, _decode(own, tokens), rtol=1e-3, atol=1e-3)
+    assert sum(tk_nn.TORCH_CALL in m.__dict__ for m in patched.modules()) == keyed
+    checks: list[int] = []
+    monkeypatch.setattr(tk_nn, "runs_here", lambda *a: checks.append(1) or True)
+    before = _stats(ops.linear).torch_direct
+    torch.testing.assert_close(_decode(patched, tokens), full, rtol=0, atol=0)
+    assert not checks and _stats(ops.linear).torch_direct == before + linears
+    _decode(patched, torch.randint(0, 128, (2, 1)))  # another batch: another key, the full path
+    assert checks
+
+
+@pytest.mark.parametrize("leaves", ["grad", "recording", "reset", "copy"])
+def test_the_torch_shortcut_leaves_calls_that_need_the_full_path(leaves: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls whose gradients flow, a recording's calls (whose problems it records), calls after a reset (entries
+    may have landed) and a copy's calls (its keys hold another process's epoch) take the full path."""
+    import copy
+
+    from tunekit import nn as tk_nn
+    from tunekit.runtime.recorder import record_problems
+
+    _on_untuned_gpu(monkeypatch)
+    _, patched = _patched()
+    tokens = torch.randint(0, 128, (4, 1))
+    _decode(patched, tokens)
+    checks: list[int] = []
+    monkeypatch.setattr(tk_nn, "runs_here", lambda *a: checks.append(1) or True)
+    if leaves == "grad":
+        patched(tokens, use_cache=False).logits.sum().backward()
+    elif leaves == "recording":
+        with record_problems() as recording:
+            _decode(patched, tokens)
+        assert recording.problems
+    elif leaves == "reset":
+        dispatch.reset_all()
+        _decode(patched, tokens)
+    else:
+        _decode(copy.deepcopy(patched), tokens)
+    assert checks

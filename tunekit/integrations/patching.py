@@ -51,12 +51,13 @@ from tunekit.integrations.patching_guard import GUARD, CallGuard, check_module_d
 from tunekit.integrations.patching_kinds import classify
 from tunekit.integrations.patching_loss import patch_loss, unpatch_loss
 from tunekit.integrations.patching_rope import ROPE, RopeSwap, rope_forward, rope_on_tunekit
-from tunekit.nn import SWAPPED_FROM
+from tunekit.nn import SWAPPED_FROM, TORCH_CALL, with_torch_shortcut
 
 __all__ = ["PatchReport", "patch", "unpatch"]
 
 _MARK = "_tunekit_patch"  # on a swapped module: what it was swapped as
-_SWAP_ATTRS = ("_tunekit_norm", GUARD, ROPE)  # what a swap may set on the instance besides the mark and class
+# what a swap (or its calls) may set on the instance besides the mark and class
+_SWAP_ATTRS = ("_tunekit_norm", GUARD, ROPE, TORCH_CALL)
 # (a module's class, how its forward is made, with what) -> the derived class (`_swapped_class`)
 _CLASSES: dict[tuple[type, Callable[..., Any], tuple[object, ...]], type] = {}
 _RECIPE = "_tunekit_swap"  # on a derived class: (make, args), its key in _CLASSES after the class it derives from
@@ -87,9 +88,9 @@ class PatchReport:
         return "\n".join(lines)
 
 
-def _as_is(cls: type, forward: Callable[..., Any]) -> Callable[..., Any]:
+def _as_is(cls: type, forward: Callable[..., Any], op: str, by_torch: Callable[..., Any]) -> Callable[..., Any]:
     """A derived class's forward that needs nothing of `cls` (torch's modules: tunekit's forward as it is)."""
-    return forward
+    return with_torch_shortcut(forward, by_torch, op)
 
 
 # How a derived class's forward is made from the class it derives from: `make(cls, *args)` (`_as_is`,
@@ -145,9 +146,9 @@ def _swap_leaf(module: torch.nn.Module, path: str, report: PatchReport) -> None:
         report.skipped.append((path, found))
     elif found is not None:
         if found.probed_width is None:
-            swapped = _derived(module, path, report, _as_is, found.forward)
+            swapped = _derived(module, path, report, _as_is, found.forward, found.op, found.by_torch)
         else:
-            swapped = _derived(module, path, report, guarded_forward, found.forward, found.op)
+            swapped = _derived(module, path, report, guarded_forward, found.forward, found.op, found.by_torch)
         if swapped is None:
             return
         module.__dict__.update(found.attrs)

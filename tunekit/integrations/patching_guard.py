@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from tunekit.integrations.patching_probes import can_probe, error, probe_input, tensors_of
-from tunekit.nn import own_forward
+from tunekit.nn import own_forward, with_torch_shortcut
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _LOG = logging.getLogger("tunekit.patch")
@@ -37,7 +37,9 @@ Signature = tuple[object, ...]
 def signature(first: torch.Tensor, *values: object) -> Signature:
     """What a verdict holds for: each tensor's dtype, rank and device, other values as they are, and whether
     autocast is on for the first tensor's device."""
-    parts: list[object] = [torch.is_autocast_enabled(first.device.type), first.dtype, first.dim(), first.device]
+    device = first.device
+    kind = "cuda" if first.is_cuda else device.type  # a torch.device's type costs more than the flag, per call
+    parts: list[object] = [torch.is_autocast_enabled(kind), first.dtype, first.dim(), device]
     for value in values:
         if isinstance(value, torch.Tensor):
             parts += (value.dtype, value.dim(), value.device)
@@ -146,7 +148,9 @@ def _input_of(x: torch.Tensor, weight: torch.Tensor | None) -> str:
 GUARD = "_tunekit_guard"  # on a module swapped by probing: its CallGuard
 
 
-def guarded_forward(cls: type, tunekit_forward: Callable[..., Any], op: str) -> Callable[..., Any]:
+def guarded_forward(
+    cls: type, tunekit_forward: Callable[..., Any], op: str, by_torch: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     """The forward of the class tunekit.patch derives from `cls` for a swap decided by probing:
     `tunekit_forward(module, x)` for call signatures (x and the module's weight) where it conforms to `cls`'s own
     forward, as the module's CallGuard (instance attribute GUARD) found, and `cls`'s forward for every other call.
@@ -168,7 +172,8 @@ def guarded_forward(cls: type, tunekit_forward: Callable[..., Any], op: str) -> 
             )
         return tunekit_forward(self, x) if runs else own(self, x)
 
-    return forward
+    # outside the guard: a call the op served torch directly had the guard's verdict for its key
+    return forward if by_torch is None else with_torch_shortcut(forward, by_torch, op)
 
 
 def check_module_dtypes(

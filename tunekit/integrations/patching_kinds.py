@@ -12,11 +12,12 @@ import torch
 from tunekit import nn as tk_nn
 from tunekit.integrations.patching_probes import computes, layer_normalized, norm_eps, probing, rms_normalized
 
-# torch's modules tunekit runs as they are (their constructor arguments are the kernels' arguments).
-_TORCH_KINDS: tuple[tuple[type[torch.nn.Module], str, Callable[..., Any]], ...] = (
-    (torch.nn.LayerNorm, "LayerNorm", tk_nn.layer_norm_forward),
-    (torch.nn.RMSNorm, "RMSNorm", tk_nn.rms_norm_forward),
-    (torch.nn.Linear, "Linear", tk_nn.linear_forward),
+# torch's modules tunekit runs as they are (their constructor arguments are the kernels' arguments): (type, label,
+# forward, the forward's op and the torch call it makes where the op serves torch directly).
+_TORCH_KINDS: tuple[tuple[type[torch.nn.Module], str, Callable[..., Any], str, Callable[..., Any]], ...] = (
+    (torch.nn.LayerNorm, "LayerNorm", tk_nn.layer_norm_forward, "layer_norm", tk_nn.layer_norm_by_torch),
+    (torch.nn.RMSNorm, "RMSNorm", tk_nn.rms_norm_forward, "rms_norm", tk_nn.rms_norm_by_torch),
+    (torch.nn.Linear, "Linear", tk_nn.linear_forward, "linear", tk_nn.linear_by_torch),
 )
 _TUNEKIT_MODULES = (tk_nn.LayerNorm, tk_nn.RMSNorm, tk_nn.Linear)  # already on tunekit's kernels
 # Norms of model code: (label, statistics, normalize, weight offset): output = normalize(x) * (weight + offset).
@@ -36,7 +37,8 @@ class Swap:
     forward: Callable[..., Any]
     attrs: dict[str, object] = field(default_factory=dict)
     probed_width: int | None = None  # decided by probing on inputs this wide: guarded at the call (patching_guard)
-    op: str = ""  # the tunekit op it runs, where probed (a compiled trace runs the own forward unless the op traces)
+    op: str = ""  # the tunekit op it runs (where probed, a compiled trace runs the own forward unless the op traces)
+    by_torch: Callable[..., Any] | None = None  # the forward's call of the op's torch fallback (nn.with_torch_shortcut)
 
 
 def _own_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -60,10 +62,10 @@ def classify(module: torch.nn.Module) -> Swap | str | None:
     if not _plain(module):
         return "its weight is a tensor subclass (quantized or distributed)"
     if torch_kind is not None:
-        base, kind, forward = torch_kind
+        base, kind, forward, op, by_torch = torch_kind
         if type(module).forward is not base.forward:
             return f"a {base.__name__} subclass with its own forward"
-        return Swap(kind, forward)
+        return Swap(kind, forward, op=op, by_torch=by_torch)
     return _found_norm(module) or _found_input_by_output_projection(module) or _near_miss(module)
 
 
@@ -88,7 +90,8 @@ def _found_norm(module: torch.nn.Module) -> Swap | None:
             if computes(module, weight.shape[0], weight, formula):
                 attrs: dict[str, object] = {"_tunekit_norm": (statistics, eps, offset)}
                 op = tk_nn.norm_op(statistics)
-                return Swap(kind, tk_nn.found_norm_forward, attrs, probed_width=weight.shape[0], op=op)
+                found = tk_nn.found_norm_forward
+                return Swap(kind, found, attrs, weight.shape[0], op, tk_nn.found_norm_by_torch)
     return None
 
 
@@ -105,7 +108,8 @@ def _found_input_by_output_projection(module: torch.nn.Module) -> Swap | None:
         found = computes(module, weight.shape[0], weight, lambda x: torch.addmm(bias.float(), x, weight.float()))
     if not found:
         return None
-    return Swap("Linear [in, out] (by structure)", tk_nn.matmul_forward, probed_width=weight.shape[0], op="matmul")
+    kind = "Linear [in, out] (by structure)"
+    return Swap(kind, tk_nn.matmul_forward, probed_width=weight.shape[0], op="matmul", by_torch=tk_nn.matmul_by_torch)
 
 
 def _near_miss(module: torch.nn.Module) -> str | None:

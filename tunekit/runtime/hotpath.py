@@ -47,6 +47,9 @@ _INNER: list[HotPath] = []  # ops' inner steps (hot_path(public=False))
 _MAX_SIGNATURES = 4096  # per op
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+# Replaced whenever the plans and the served-problem decisions are forgotten: a key that holds it (a patched
+# module's, tunekit.nn.torch_call_key) holds a decision of this epoch, and no copy or pickle of it ever matches.
+EPOCH = object()
 
 
 @dataclass
@@ -160,7 +163,7 @@ class HotPath:
         # (one problem's fields) runs only where some problem of the op is served a kernel here.
         if _is_compiling():
             return self._traced_call(args, kwargs)
-        if recorder.ACTIVE or watching():  # a call inside a watched call: as is
+        if diverted():  # a recording, or a call inside a watched call: as is
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
         if only_torch is None:
@@ -261,7 +264,7 @@ def hot_path(
 
 def _measured_swap(name: str) -> bool:
     """Whether op `name` traces as itself under compile by measurement; a constant to Dynamo (it reads the store)."""
-    hot = next(h for h in _OPS if h.name == name)
+    hot = op_named(name)
     if hot.compile_chosen is None:
         hot.compile_chosen = hot.chosen_under_compile is not None and hot.chosen_under_compile()
     return hot.compile_chosen
@@ -284,8 +287,19 @@ def traces_as_model_code(op_name: str) -> bool:
 
 def forget_plans() -> None:
     """Drop every plan: the next call of each signature takes the full path again (dispatch's reset calls this)."""
+    global EPOCH
+    EPOCH = object()
     for hot in (*_OPS, *_INNER):
         hot.forget()
+
+
+def diverted() -> bool:
+    """A recording or a watched call is on: every op call takes its full path."""
+    return bool(recorder.ACTIVE) or watching()
+
+
+def op_named(name: str) -> HotPath:
+    return next(h for h in _OPS if h.name == name)
 
 
 def ops() -> list[HotPath]:
