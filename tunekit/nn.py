@@ -7,6 +7,7 @@ runs torch's own forward: swapping a module in never breaks a model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -92,27 +93,29 @@ def with_torch_shortcut(
     """A patched module's forward: `forward(module, x)`, except that a call of the key (torch_call_key) whose
     last call op `op` served torch's own op directly is `by_torch(module, x)`, that torch call, at once. The
     module's checks (its guard, runs_here) and the op's (the screen) read nothing the key does not hold, and a
-    decode step repeats its calls' keys, so a repeated call costs the key's reads rather than every check."""
+    decode step repeats its calls' keys, so a repeated call costs the key's reads rather than every check. A
+    module whose last call was served otherwise reads no key."""
+    hot = hotpath.op_named(op)
 
     def call(module: torch.nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs or not isinstance(x, torch.Tensor):
+        if _is_compiling() or args or kwargs or not isinstance(x, torch.Tensor):
             return forward(module, x, *args, **kwargs)
-        key = torch_call_key(module, x)
-        if key is None:
-            return forward(module, x)
-        hot = hotpath.op_named(op)
-        if module.__dict__.get(TORCH_CALL) == key:
+        last = module.__dict__.get(TORCH_CALL)
+        if last is not None and torch_call_key(module, x) == last:
             hot.stats.torch_direct += 1
             return by_torch(module, x)
         before = hot.stats.torch_direct
         out = forward(module, x)
         if hot.stats.torch_direct == before + 1:  # this call's op call, and only it, went to torch's op
-            module.__dict__[TORCH_CALL] = key
+            module.__dict__[TORCH_CALL] = torch_call_key(module, x)  # None where no shortcut may be taken
+        elif last is not None:
+            del module.__dict__[TORCH_CALL]
         return out
 
     return call
 
 
+@functools.cache
 def _torch_of(op: str) -> Callable[..., Any]:
     """What op `op`'s hot path calls where it serves torch's own op."""
     torch_call = hotpath.op_named(op).torch_equivalent
