@@ -68,23 +68,33 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 
-def torch_call_key(module: torch.nn.Module, x: torch.Tensor) -> tuple[object, ...] | None:
-    """Everything that decides whether a module's call reaches torch's own op through its op's hot path: the hot
-    path's epoch, the input's and parameters' shapes, dtypes and devices. None where a call must take its full
-    path: compiling, a recording or watched call, gradients flowing, autocast, a weight that is no parameter."""
+def call_key(*tensors: torch.Tensor | None) -> tuple[object, ...] | None:
+    """What decides whether a call on these tensors (the input first) reaches torch's own op through an op's hot
+    path, with its module's or function's checks: the hot path's epoch and each tensor's shape, dtype and device.
+    None where a call must take its full path: compiling, a recording or watched call, gradients flowing, autocast."""
     if _is_compiling() or hotpath.diverted():
         return None
+    first = tensors[0]
+    assert first is not None
+    grads = _grad_enabled()
+    key: list[object] = [hotpath.EPOCH]
+    for t in tensors:
+        if t is None:
+            key.append(None)
+            continue
+        if grads and t.requires_grad:
+            return None
+        key += (t.shape, t.dtype, t.device)
+    if torch.is_autocast_enabled("cuda" if first.is_cuda else first.device.type):
+        return None
+    return tuple(key)
+
+
+def torch_call_key(module: torch.nn.Module, x: torch.Tensor) -> tuple[object, ...] | None:
+    """call_key of a module's call: its input, weight and bias (None for a weight that is no parameter)."""
     params = module._parameters
-    weight, bias = params.get("weight"), params.get("bias")
-    if weight is None:
-        return None
-    if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
-        return None
-    device = x.device
-    if torch.is_autocast_enabled("cuda" if x.is_cuda else device.type):
-        return None
-    held = None if bias is None else (bias.dtype, bias.device)
-    return (hotpath.EPOCH, x.shape, x.dtype, device, weight.shape, weight.dtype, weight.device, held)
+    weight = params.get("weight")
+    return None if weight is None else call_key(x, weight, params.get("bias"))
 
 
 def with_torch_shortcut(
@@ -116,7 +126,7 @@ def with_torch_shortcut(
 
 
 @functools.cache
-def _torch_of(op: str) -> Callable[..., Any]:
+def torch_call_of(op: str) -> Callable[..., Any]:
     """What op `op`'s hot path calls where it serves torch's own op."""
     torch_call = hotpath.op_named(op).torch_equivalent
     assert torch_call is not None
@@ -134,7 +144,7 @@ def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch
 
 
 def layer_norm_by_torch(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
-    return _torch_of("layer_norm")(input, module.normalized_shape, module.weight, module.bias, module.eps)
+    return torch_call_of("layer_norm")(input, module.normalized_shape, module.weight, module.bias, module.eps)
 
 
 def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +155,7 @@ def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm_by_torch(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
-    return _torch_of("rms_norm")(x, tuple(module.normalized_shape), module.weight, module.eps)
+    return torch_call_of("rms_norm")(x, tuple(module.normalized_shape), module.weight, module.eps)
 
 
 SWAPPED_FROM = "_tunekit_swapped_from"  # on a class tunekit.patch derived for a swap: the class it derives from
@@ -178,7 +188,7 @@ def found_norm_by_torch(module: torch.nn.Module, x: torch.Tensor) -> torch.Tenso
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None
     op, args = _found_norm_call(module, weight, bias)
-    return _torch_of(op)(x, *args())
+    return torch_call_of(op)(x, *args())
 
 
 def _found_norm_call(
@@ -252,7 +262,7 @@ def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch
 
 def linear_by_torch(module: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     weight, bias = _attribute(module, "weight"), _attribute(module, "bias")
-    return _torch_of("linear")(input, weight, bias, module.__dict__.get("_tunekit_activation"), None)
+    return torch_call_of("linear")(input, weight, bias, module.__dict__.get("_tunekit_activation"), None)
 
 
 def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -270,5 +280,5 @@ def matmul_by_torch(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None
     activation = module.__dict__.get("_tunekit_activation")
-    product = _torch_of("matmul")(x.reshape(-1, x.shape[-1]), weight, bias=bias, activation=activation)
+    product = torch_call_of("matmul")(x.reshape(-1, x.shape[-1]), weight, bias=bias, activation=activation)
     return product.view(*x.shape[:-1], weight.shape[1])

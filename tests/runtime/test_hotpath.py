@@ -14,6 +14,7 @@ from helpers import check_screens, cli, make_entry
 from op_cases import CASES
 
 import tunekit.ops as ops
+from tunekit.core import backend
 from tunekit.core.errors import CacheMissError
 from tunekit.core.registry import get_spec
 from tunekit.launch.plan import Replay, TorchCall
@@ -488,6 +489,7 @@ def _patched(family: str = "llama") -> tuple[torch.nn.Module, torch.nn.Module]:
     else:
         config = transformers.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=128)
         own = transformers.GPT2LMHeadModel(config).eval()
+    own = own.to(backend.torch_device())  # the kernels' device: where patched modules call their ops
     patched = copy.deepcopy(own)
     assert patch(patched).swapped
     return own, patched
@@ -495,7 +497,7 @@ def _patched(family: str = "llama") -> tuple[torch.nn.Module, torch.nn.Module]:
 
 def _decode(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return model(tokens, use_cache=False).logits
+        return model(tokens.to(backend.torch_device()), use_cache=False).logits
 
 
 @pytest.mark.parametrize(("family", "keyed", "linears"), [("llama", 11, 8), ("gpt2", 8, 1)])
@@ -537,7 +539,7 @@ def test_the_torch_shortcut_leaves_calls_that_need_the_full_path(leaves: str, mo
     checks: list[int] = []
     monkeypatch.setattr(tk_nn, "runs_here", lambda *a: checks.append(1) or True)
     if leaves == "grad":
-        patched(tokens, use_cache=False).logits.sum().backward()
+        patched(tokens.to(backend.torch_device()), use_cache=False).logits.sum().backward()
     elif leaves == "recording":
         with record_problems() as recording:
             _decode(patched, tokens)
@@ -547,4 +549,22 @@ def test_the_torch_shortcut_leaves_calls_that_need_the_full_path(leaves: str, mo
         _decode(patched, tokens)
     else:
         _decode(copy.deepcopy(patched), tokens)
+    assert checks
+
+
+def test_a_swapped_rope_functions_repeated_torch_call_skips_its_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RoPE function a patched attention calls keeps the key of a call the op served torch's formula: the next
+    call of that key is that formula at once (no width check, no guard), with the full path's bits."""
+    from tunekit.integrations import patching_rope
+
+    _on_untuned_gpu(monkeypatch)
+    _, patched = _patched()
+    tokens = torch.randint(0, 128, (4, 1))
+    full = _decode(patched, tokens)
+    checks: list[int] = []
+    monkeypatch.setattr(patching_rope, "_same_width", lambda *a: checks.append(1) or True)
+    before = _stats(ops.rotary_embedding).torch_direct
+    torch.testing.assert_close(_decode(patched, tokens), full, rtol=0, atol=0)
+    assert not checks and _stats(ops.rotary_embedding).torch_direct == before + 1  # one layer, one call
+    _decode(patched, torch.randint(0, 128, (2, 1)))
     assert checks

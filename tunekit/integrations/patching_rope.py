@@ -22,6 +22,8 @@ import torch
 
 from tunekit import ops
 from tunekit.integrations.patching_guard import CallGuard, Signature, compare, dtypes_of, signature
+from tunekit.nn import call_key, torch_call_of
+from tunekit.runtime import hotpath
 from tunekit.runtime.hotpath import traces_as_model_code
 
 _PROBE_SHAPES = ((2, 3, 5, 8), (2, 2, 5, 8), (2, 5, 8))  # q (3 heads), k (2: grouped-query), cos and sin
@@ -131,17 +133,39 @@ def _what(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     return f"q, k, cos, sin of {dtypes_of(q, k, cos, sin)}"
 
 
+def _rope_key(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: object) -> tuple[object, ...] | None:
+    """tk_nn.call_key of a RoPE call (with its unsqueeze_dim: the op's screen reads shapes, dtypes and that)."""
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(cos, tensor) and isinstance(sin, tensor)):
+        return None
+    key = call_key(q, k, cos, sin)
+    return None if key is None else (*key, unsqueeze_dim)
+
+
 def _fused(original: Callable[..., Any], guard: CallGuard) -> Callable[..., Any]:
+    hot = hotpath.op_named("rotary_embedding")
+    last: list[tuple[object, ...] | None] = [None]  # the key of the last call the op served torch's formula
+
     def rotary_embedding(q: Any, k: Any, cos: Any, sin: Any, *args: Any, **kwargs: Any) -> Any:
         # Only calls of the probed form: (q, k, cos, sin[, unsqueeze_dim]) with cos and sin as wide as q and k
         # (a partial rotary, GPT-NeoX's, splits q itself), of a signature where the op conforms to the original;
         # anything else runs as it did.
         probed_form = not args and not set(kwargs) - {"unsqueeze_dim"}
+        unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
+        shortcut = probed_form and not torch.compiler.is_compiling() and last[0] is not None
+        if shortcut and _rope_key(q, k, cos, sin, unsqueeze_dim) == last[0]:
+            hot.stats.torch_direct += 1  # that key's checks all passed and its op call was torch's: again
+            return torch_call_of("rotary_embedding")(q, k, cos, sin, unsqueeze_dim)
         if not probed_form or not _same_width(q, k, cos, sin):
             return original(q, k, cos, sin, *args, **kwargs)
-        unsqueeze_dim = kwargs.get("unsqueeze_dim", 1)
         if torch.compiler.is_compiling():  # checked by the instance forward (rope_on_tunekit)
             return ops.rotary_embedding(q, k, cos, sin, unsqueeze_dim)
+        before = hot.stats.torch_direct
+        out = _guarded(q, k, cos, sin, unsqueeze_dim, kwargs)
+        last[0] = _rope_key(q, k, cos, sin, unsqueeze_dim) if hot.stats.torch_direct == before + 1 else None
+        return out
+
+    def _guarded(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: object, kwargs: dict[str, Any]) -> Any:
         sig = signature(q, k, cos, sin, unsqueeze_dim)
         runs = guard.verdict(sig)
         if runs is None:
