@@ -69,25 +69,17 @@ _grad_enabled = torch.is_grad_enabled
 
 
 def call_key(*tensors: torch.Tensor | None) -> tuple[object, ...] | None:
-    """What decides whether a call on these tensors (the input first) reaches torch's own op through an op's hot
-    path, with its module's or function's checks: the hot path's epoch and each tensor's shape, dtype and device.
-    None where a call must take its full path: compiling, a recording or watched call, gradients flowing, autocast."""
-    if _is_compiling() or hotpath.diverted():
+    """What decides whether a call on these tensors reaches torch's own op through an op's hot path, with its
+    module's or function's checks: the hot path's epoch and each tensor's shape, dtype and device. None where a
+    call must take its full path: compiling, a recording or watched call, autocast, gradients flowing. (Autocast on
+    the kernels' device only: a call on another device never reached an op, so its key matches no kept one.)"""
+    if _is_compiling() or hotpath.diverted() or torch.is_autocast_enabled(_DEVICE_TYPE):
         return None
-    first = tensors[0]
-    assert first is not None
-    grads = _grad_enabled()
-    key: list[object] = [hotpath.EPOCH]
-    for t in tensors:
-        if t is None:
-            key.append(None)
-            continue
-        if grads and t.requires_grad:
-            return None
-        key += (t.shape, t.dtype, t.device)
-    if torch.is_autocast_enabled("cuda" if first.is_cuda else first.device.type):
-        return None
-    return tuple(key)
+    if _grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return None
+    return (hotpath.EPOCH, *[None if t is None else (t.shape, t.dtype, t.device) for t in tensors])
 
 
 def torch_call_key(module: torch.nn.Module, x: torch.Tensor) -> tuple[object, ...] | None:
