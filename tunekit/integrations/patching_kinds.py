@@ -89,9 +89,8 @@ def _found_norm(module: torch.nn.Module) -> Swap | None:
 
             if computes(module, weight.shape[0], weight, formula):
                 attrs: dict[str, object] = {"_tunekit_norm": (statistics, eps, offset)}
-                op = tk_nn.norm_op(statistics)
-                found = tk_nn.found_norm_forward
-                return Swap(kind, found, attrs, weight.shape[0], op, tk_nn.found_norm_by_torch)
+                forward, width, op = tk_nn.found_norm_forward, weight.shape[0], tk_nn.norm_op(statistics)
+                return Swap(kind, forward, attrs, probed_width=width, op=op, by_torch=tk_nn.found_norm_by_torch)
     return None
 
 

@@ -163,7 +163,7 @@ class HotPath:
         # (one problem's fields) runs only where some problem of the op is served a kernel here.
         if _is_compiling():
             return self._traced_call(args, kwargs)
-        if diverted():  # a recording, or a call inside a watched call: as is
+        if recorder.ACTIVE or watching():  # diverted(), inline on every op call: a recording or a watched call
             return self.op(*args, **kwargs)
         only_torch = self.only_torch
         if only_torch is None:
