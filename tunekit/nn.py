@@ -61,6 +61,15 @@ def param(module: torch.nn.Module, name: str) -> torch.Tensor | None:
     return found if found is not None else module._buffers.get(name)
 
 
+def _attribute(module: torch.nn.Module, name: str) -> Any:
+    """module.<name>, read from its parameters where it is one: nn.Module's __getattr__ costs a patched call more
+    than the rest of its gate. A parametrized one (torch.nn.utils.parametrize) is a property, read as such."""
+    params = module._parameters
+    if name in params:
+        return params[name]
+    return getattr(module, name)
+
+
 # ---------------------------------------------------------------------------------------------- the torch shortcut
 
 TORCH_CALL = "_tunekit_torch_call"  # on a patched module: the key of its calls whose op served torch's own op
@@ -96,7 +105,9 @@ def with_torch_shortcut(
     last call op `op` served torch's own op directly is `by_torch(module, x)`, that torch call, at once. The
     module's checks (its guard, runs_here) and the op's (the screen) read nothing the key does not hold, and a
     decode step repeats its calls' keys, so a repeated call costs the key's reads rather than every check. A
-    module whose last call was served otherwise reads no key."""
+    module whose last call was served otherwise reads no key. Whether the call went to torch's op is read on the
+    op's counters: threads calling one op at once may keep a key a kernel served, which torch then serves (the
+    same result, maybe slower), until the next reset."""
     hot = hotpath.op_named(op)
 
     def call(module: torch.nn.Module, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -136,7 +147,8 @@ def layer_norm_forward(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch
 
 
 def layer_norm_by_torch(module: torch.nn.LayerNorm, input: torch.Tensor) -> torch.Tensor:
-    return torch_call_of("layer_norm")(input, module.normalized_shape, module.weight, module.bias, module.eps)
+    weight, bias = _attribute(module, "weight"), _attribute(module, "bias")
+    return torch_call_of("layer_norm")(input, module.normalized_shape, weight, bias, module.eps)
 
 
 def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
@@ -147,7 +159,7 @@ def rms_norm_forward(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm_by_torch(module: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
-    return torch_call_of("rms_norm")(x, tuple(module.normalized_shape), module.weight, module.eps)
+    return torch_call_of("rms_norm")(x, tuple(module.normalized_shape), _attribute(module, "weight"), module.eps)
 
 
 SWAPPED_FROM = "_tunekit_swapped_from"  # on a class tunekit.patch derived for a swap: the class it derives from
@@ -231,15 +243,6 @@ class Linear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", activation={self.activation}" if self.activation else "")
-
-
-def _attribute(module: torch.nn.Module, name: str) -> Any:
-    """module.<name>, read from its parameters where it is one: nn.Module's __getattr__ costs a patched call more
-    than the rest of its gate. A parametrized one (torch.nn.utils.parametrize) is a property, read as such."""
-    params = module._parameters
-    if name in params:
-        return params[name]
-    return getattr(module, name)
 
 
 def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
