@@ -209,11 +209,11 @@ def _found_norm_call(
 
 
 class LayerNorm(torch.nn.LayerNorm):
-    forward = layer_norm_forward
+    forward = with_torch_shortcut(layer_norm_forward, layer_norm_by_torch, "layer_norm")
 
 
 class RMSNorm(torch.nn.RMSNorm):
-    forward = rms_norm_forward
+    forward = with_torch_shortcut(rms_norm_forward, rms_norm_by_torch, "rms_norm")
 
 
 class Linear(torch.nn.Linear):
@@ -239,7 +239,7 @@ class Linear(torch.nn.Linear):
         return self._tunekit_activation
 
     def forward(self, input: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        return linear_forward(self, input, residual)
+        return _linear_call(self, input) if residual is None else linear_forward(self, input, residual)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", activation={self.activation}" if self.activation else "")
@@ -258,6 +258,9 @@ def linear_forward(module: torch.nn.Linear, input: torch.Tensor, residual: torch
 def linear_by_torch(module: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     weight, bias = _attribute(module, "weight"), _attribute(module, "bias")
     return torch_call_of("linear")(input, weight, bias, module.__dict__.get("_tunekit_activation"), None)
+
+
+_linear_call = with_torch_shortcut(linear_forward, linear_by_torch, "linear")  # tunekit.nn.Linear's call
 
 
 def matmul_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

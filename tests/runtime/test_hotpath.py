@@ -568,3 +568,23 @@ def test_a_swapped_rope_functions_repeated_torch_call_skips_its_checks(monkeypat
     assert not checks and _stats(ops.rotary_embedding).torch_direct == before + 1  # one layer, one call
     _decode(patched, torch.randint(0, 128, (2, 1)))
     assert checks
+
+
+def test_tunekit_nn_modules_take_the_torch_shortcut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tunekit.nn's modules, built by a user, keep the key of a call torch served as patched ones do."""
+    from tunekit import nn as tk_nn
+
+    _on_untuned_gpu(monkeypatch)
+    device = backend.torch_device()
+    modules = [tk_nn.LayerNorm(64), tk_nn.RMSNorm(64), tk_nn.Linear(64, 32, activation="silu")]
+    x = torch.randn(4, 64, device=device)
+    with torch.no_grad():
+        full = [m.to(device)(x) for m in modules]
+        checks: list[int] = []
+        monkeypatch.setattr(tk_nn, "runs_here", lambda *a: checks.append(1) or True)
+        for module, want in zip(modules, full):
+            assert tk_nn.TORCH_CALL in module.__dict__
+            torch.testing.assert_close(module(x), want, rtol=0, atol=0)
+        assert not checks
+        modules[2](x, torch.randn(4, 32, device=device))  # a residual: the full path
+    assert checks
