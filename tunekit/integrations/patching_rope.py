@@ -165,7 +165,7 @@ def _fused(original: Callable[..., Any], guard: CallGuard) -> Callable[..., Any]
         last[0] = _rope_key(q, k, cos, sin, unsqueeze_dim) if hot.stats.torch_direct == before + 1 else None
         return out
 
-    def _guarded(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: object, kwargs: dict[str, Any]) -> Any:
+    def _guarded(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: Any, kwargs: dict[str, Any]) -> Any:
         sig = signature(q, k, cos, sin, unsqueeze_dim)
         runs = guard.verdict(sig)
         if runs is None:
