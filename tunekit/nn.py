@@ -182,30 +182,24 @@ def found_norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor
     module's own forward (its exact dtype rules, e.g. an fp32 weight on a bf16 input)."""
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None  # patch only marks modules with a weight
-    op, args = _found_norm_call(module, weight, bias)
+    op = norm_op(module.__dict__["_tunekit_norm"][0])
     if traces_as_model_code(op) or not runs_here(x, weight, bias):
         return own_forward(module)(module, x)
-    return getattr(ops, op)(x, *args())
+    return getattr(ops, op)(x, *_found_norm_args(module, weight, bias))
 
 
 def found_norm_by_torch(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     weight, bias = param(module, "weight"), param(module, "bias")
     assert weight is not None
-    op, args = _found_norm_call(module, weight, bias)
-    return torch_call_of(op)(x, *args())
+    op = norm_op(module.__dict__["_tunekit_norm"][0])
+    return torch_call_of(op)(x, *_found_norm_args(module, weight, bias))
 
 
-def _found_norm_call(
-    module: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None
-) -> tuple[str, Callable[[], tuple[object, ...]]]:
-    """A found norm's op and (when called) its arguments after the input."""
+def _found_norm_args(module: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[object, ...]:
+    """A found norm's op arguments after the input."""
     statistics, eps, offset = module.__dict__["_tunekit_norm"]
-
-    def args() -> tuple[object, ...]:
-        scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
-        return (tuple(weight.shape), scale, eps) if statistics == "rms" else (tuple(weight.shape), scale, bias, eps)
-
-    return norm_op(statistics), args
+    scale = weight if offset == 0 else weight + offset  # Gemma's (1 + weight): a new tensor, autograd flows
+    return (tuple(weight.shape), scale, eps) if statistics == "rms" else (tuple(weight.shape), scale, bias, eps)
 
 
 class LayerNorm(torch.nn.LayerNorm):

@@ -88,9 +88,9 @@ class PatchReport:
         return "\n".join(lines)
 
 
-def _as_is(cls: type, forward: Callable[..., Any], op: str, by_torch: Callable[..., Any]) -> Callable[..., Any]:
+def _as_is(cls: type, forward: Callable[..., Any], op: str, by_torch: Callable[..., Any] | None) -> Callable[..., Any]:
     """A derived class's forward that needs nothing of `cls` (torch's modules: tunekit's forward as it is)."""
-    return with_torch_shortcut(forward, by_torch, op)
+    return forward if by_torch is None else with_torch_shortcut(forward, by_torch, op)
 
 
 # How a derived class's forward is made from the class it derives from: `make(cls, *args)` (`_as_is`,
